@@ -1,0 +1,482 @@
+"""TinyGPT: a small pre-LN GPT whose attention is explicit enough to study and fast when nobody looks.
+
+Shapes: B batch, T context length (tokens), H = n_head, d = d_model, d_head = d_model / n_head, V vocab.
+
+The attention module has two paths that compute the same function:
+
+* the **explicit** path forms the scores S = Q Kᵀ/√d_head (B, H, T, T) *before* the mask, adds an additive
+  mask (0 / -inf), applies softmax and multiplies by V. Every intermediate passes through a named
+  :class:`HookPoint` (TransformerLens naming: ``hook_q``, ``hook_k``, ``hook_v``, ``hook_attn_scores``,
+  ``hook_pattern``), so probes can read them and interventions can replace them;
+* the **fused** path calls ``torch.nn.functional.scaled_dot_product_attention`` (or FlexAttention on CUDA
+  for local/global heads) and never materialises the T×T matrices.
+
+The fused path is used whenever nothing needs the explicit tensors (no hook registered, no score-gradient
+transform, backend not forced). The two agree to fp32 tolerance (tested).
+
+The three techniques plug in without editing this file:
+
+* **per-head masks** (LS-attention, arXiv 2505.15548) come from a mask predicate built by
+  :mod:`spanviz.local_global` from ``GPTConfig.n_local`` / ``window``;
+* **score-gradient transforms** (span / violation scaling, arXiv 2512.13033) come from
+  :func:`spanviz.spans.build_grad_fns`: a function applied to ∂L/∂S of the pre-mask scores during backward
+  (explicit path), or a function applied to ∂L/∂Q and ∂L/∂K (works with the fused path);
+* **probes** (logit growth, FP8 bounds) read ``hook_attn_scores`` through :meth:`TinyGPT.run_with_cache`
+  and the per-head weights through :meth:`Attention.qk_weights`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from spanviz import local_global, spans
+
+ATTN_BACKENDS = ("auto", "explicit", "sdpa", "flex")
+HOOK_NAMES = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern")
+
+
+def _check_int(name: str, value: Any, low: int, high: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+    if value < low or (high is not None and value > high):
+        allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ValueError(f"{name} must be {allowed}, got {value}")
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """Architecture of a :class:`TinyGPT`. Validated on construction.
+
+    Fields (units in brackets):
+        vocab_size: V [tokens], >= 1.
+        context_length: T_max [tokens], the longest sequence the model accepts, >= 1.
+        n_layer: number of transformer blocks, >= 1.
+        n_head: H, attention heads per layer, >= 1, must divide d_model.
+        d_model: residual width d, >= 1.
+        dropout: probability in [0, 1) used on embeddings, attention weights and residual branches.
+        bias: whether linear layers and LayerNorms have biases (GPT-2 style when True).
+        n_local: LS-attention — the first ``n_local`` heads are local, the rest global; 0 <= n_local <= n_head.
+        window: p, keys a local head sees *including the token itself* (allowed(i, j) ⇔ 0 <= i - j < p);
+            required (>= 1) when n_local > 0; p >= T makes a local head identical to a global one.
+        qk_norm: normalise q and k per head (RMSNorm over d_head, learnable gain) — the QK-norm stabiliser.
+        qk_rank: r, constrains each head's W^Q_h to rank r (so W^Q_h W^K_hᵀ has rank <= r); None = full
+            rank d_head. 1 <= r <= d_head.
+        spans: span / violation gradient scaling setting (:class:`spanviz.spans.SpanConfig`), or None.
+        attn_backend: "auto" (fused unless something needs the explicit tensors; FlexAttention for
+            local heads on CUDA), "explicit", "sdpa" or "flex" (CUDA only).
+
+    Raises:
+        ValueError: naming the field, the value and what is allowed.
+    """
+
+    vocab_size: int = 8192
+    context_length: int = 128
+    n_layer: int = 2
+    n_head: int = 4
+    d_model: int = 128
+    dropout: float = 0.0
+    bias: bool = True
+    n_local: int = 0
+    window: int | None = None
+    qk_norm: bool = False
+    qk_rank: int | None = None
+    spans: spans.SpanConfig | None = None
+    attn_backend: str = "auto"
+
+    def __post_init__(self) -> None:
+        _check_int("vocab_size", self.vocab_size, 1)
+        _check_int("context_length", self.context_length, 1)
+        _check_int("n_layer", self.n_layer, 1)
+        _check_int("n_head", self.n_head, 1)
+        _check_int("d_model", self.d_model, 1)
+        if self.d_model % self.n_head:
+            raise ValueError(
+                f"d_model must be divisible by n_head, got d_model={self.d_model}, n_head={self.n_head}"
+            )
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not (
+            0.0 <= self.dropout < 1.0
+        ):
+            raise ValueError(f"dropout must be a number in [0, 1), got {self.dropout!r}")
+        for name in ("bias", "qk_norm"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        _check_int("n_local", self.n_local, 0, self.n_head)
+        if self.window is None:
+            if self.n_local > 0:
+                raise ValueError(f"window must be set (>= 1) when n_local > 0, got window=None, n_local={self.n_local}")
+        else:
+            _check_int("window", self.window, 1)
+        if self.qk_rank is not None:
+            _check_int("qk_rank", self.qk_rank, 1, self.d_head)
+        if isinstance(self.spans, Mapping):
+            object.__setattr__(self, "spans", spans.SpanConfig(**self.spans))
+        if self.spans is not None and not isinstance(self.spans, spans.SpanConfig):
+            raise ValueError(f"spans must be a spanviz.spans.SpanConfig, a dict or None, got {self.spans!r}")
+        if self.spans is not None:
+            self.spans.check_layers(self.n_layer)
+        if self.attn_backend not in ATTN_BACKENDS:
+            raise ValueError(f"attn_backend must be one of {ATTN_BACKENDS}, got {self.attn_backend!r}")
+
+    @property
+    def d_head(self) -> int:
+        """Width of one head, d_model / n_head."""
+        return self.d_model // self.n_head
+
+    @property
+    def n_global(self) -> int:
+        """Number of global (plain causal) heads, n_head - n_local."""
+        return self.n_head - self.n_local
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dict (``spans`` nested as a dict)."""
+        out = asdict(self)
+        if self.spans is not None:
+            out["spans"] = self.spans.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> GPTConfig:
+        """Inverse of :meth:`to_dict`. Unknown keys raise ``ValueError``."""
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown GPTConfig field(s) {sorted(unknown)}; allowed: {sorted(known)}")
+        return cls(**dict(d))
+
+
+class HookPoint(nn.Module):
+    """Identity that names a tensor so forward hooks can read or replace it (TransformerLens convention)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x
+
+    @property
+    def active(self) -> bool:
+        """True when at least one forward hook is registered."""
+        return bool(self._forward_hooks)
+
+
+class LowRankQuery(nn.Module):
+    """Query projection whose per-head matrix W^Q_h = A_h B_h has rank <= r (the FP8 "rank knob").
+
+    x (B, T, d_model) → (B, T, n_head·d_head). A_h: d_model×r (one shared ``down`` Linear), B_h: r×d_head.
+    Source: spanviz's own construction for arXiv 2602.18851's rank experiments.
+    """
+
+    def __init__(self, d_model: int, n_head: int, d_head: int, rank: int, bias: bool) -> None:
+        super().__init__()
+        self.n_head, self.d_head, self.rank = n_head, d_head, rank
+        self.down = nn.Linear(d_model, n_head * rank, bias=False)
+        # std 1/sqrt(r) keeps q's scale equal to a full-rank N(0, 0.02) projection at init.
+        self.up = nn.Parameter(torch.randn(n_head, rank, d_head) / math.sqrt(rank))
+        self.bias = nn.Parameter(torch.zeros(n_head * d_head)) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        B, T, _ = x.shape
+        z = self.down(x).view(B, T, self.n_head, self.rank)
+        q = torch.einsum("bthr,hrd->bthd", z, self.up).reshape(B, T, self.n_head * self.d_head)
+        return q if self.bias is None else q + self.bias
+
+    def per_head_weight(self) -> Tensor:
+        """W^Q_h as a (n_head, d_model, d_head) tensor (input-major: q_h = x @ W^Q_h + b_h)."""
+        a = self.down.weight.view(self.n_head, self.rank, -1).transpose(1, 2)  # (H, d_model, r)
+        return a @ self.up
+
+
+class Attention(nn.Module):
+    """Multi-head causal self-attention with per-head masks, hook points and gradient-transform slots.
+
+    Input and output: (B, T, d_model). See the module docstring for the two paths.
+
+    Plug-in slots (set from the config, replaceable at run time through :meth:`TinyGPT.set_span_scaling`):
+        mask_mod: predicate (b, h, q_idx, kv_idx) → bool tensor, True where key kv_idx may be attended.
+        score_grad_fn: (dS, q, k, v) → dS', applied to the gradient of the pre-mask scores (B, H, T, T);
+            q, k, v (B, H, T, d_head) are detached. Forces the explicit path while gradients are on.
+        qk_grad_fn: (grad, x) → grad', applied to ∂L/∂q with x = q and to ∂L/∂k with x = k (B, H, T, d_head).
+    """
+
+    def __init__(self, cfg: GPTConfig, layer: int) -> None:
+        super().__init__()
+        d, H, dh = cfg.d_model, cfg.n_head, cfg.d_head
+        self.n_head, self.d_head, self.layer = H, dh, layer
+        self.W_Q: nn.Module = (
+            nn.Linear(d, d, bias=cfg.bias)
+            if cfg.qk_rank is None
+            else LowRankQuery(d, H, dh, cfg.qk_rank, cfg.bias)
+        )
+        self.W_K = nn.Linear(d, d, bias=cfg.bias)
+        self.W_V = nn.Linear(d, d, bias=cfg.bias)
+        self.W_O = nn.Linear(d, d, bias=cfg.bias)
+        self.q_norm = nn.RMSNorm(dh) if cfg.qk_norm else None
+        self.k_norm = nn.RMSNorm(dh) if cfg.qk_norm else None
+        self.dropout = cfg.dropout
+        self.attn_drop = nn.Dropout(cfg.dropout)
+        self.resid_drop = nn.Dropout(cfg.dropout)
+        self.backend = cfg.attn_backend
+        self.causal_only = cfg.n_local == 0
+        self.mask_mod = local_global.head_mask_mod(n_local=cfg.n_local, window=cfg.window)
+        self.score_grad_fn: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor] | None = None
+        self.qk_grad_fn: Callable[[Tensor, Tensor], Tensor] | None = None
+        self._masks: dict[tuple, Tensor] = {}
+        for name in HOOK_NAMES:
+            setattr(self, name, HookPoint())
+
+    # ----------------------------------------------------------------------------------------- helpers
+    def _split_heads(self, x: Tensor) -> Tensor:
+        B, T, _ = x.shape
+        return x.view(B, T, self.n_head, self.d_head).transpose(1, 2)  # (B, H, T, d_head)
+
+    def allowed(self, T: int, device: torch.device | str = "cpu") -> Tensor:
+        """Boolean mask (H, T, T) of allowed (query, key) pairs, built from ``mask_mod``; cached."""
+        key = ("bool", T, str(device))
+        if key not in self._masks:
+            self._masks[key] = local_global.dense_mask(self.mask_mod, self.n_head, T, device)
+        return self._masks[key]
+
+    def additive_mask(self, T: int, device: torch.device | str, dtype: torch.dtype) -> Tensor:
+        """Additive mask (H, T, T): 0 where allowed, -inf elsewhere; cached."""
+        key = ("add", T, str(device), dtype)
+        if key not in self._masks:
+            zero = torch.zeros((), dtype=dtype, device=device)
+            ninf = torch.full((), float("-inf"), dtype=dtype, device=device)
+            self._masks[key] = torch.where(self.allowed(T, device), zero, ninf)
+        return self._masks[key]
+
+    def needs_explicit(self, grad_enabled: bool) -> bool:
+        """True when this call must go through the explicit path (hooks, forced backend, score transform)."""
+        if self.backend == "explicit":
+            return True
+        if self.score_grad_fn is not None and grad_enabled:
+            return True
+        return any(getattr(self, name).active for name in ("hook_attn_scores", "hook_pattern"))
+
+    def qk_weights(self) -> tuple[Tensor, Tensor | None, Tensor, Tensor | None]:
+        """Per-head query/key weights as used in ``q_h = x @ W_Q[h] + b_Q[h]`` (x = LayerNorm output).
+
+        Returns:
+            (W_Q (H, d_model, d_head), b_Q (H, d_head) or None, W_K (H, d_model, d_head), b_K or None).
+            W^Q_h W^K_hᵀ is the d_model×d_model bilinear form of head h's logits (times 1/√d_head).
+            Note: with ``qk_norm`` the logits are not bilinear in x; FP8 bounds then do not apply.
+        """
+        H, dh = self.n_head, self.d_head
+
+        def per_head(lin: nn.Linear) -> tuple[Tensor, Tensor | None]:
+            w = lin.weight.view(H, dh, -1).transpose(1, 2)  # (H, d_model, d_head)
+            b = None if lin.bias is None else lin.bias.view(H, dh)
+            return w, b
+
+        if isinstance(self.W_Q, LowRankQuery):
+            wq = self.W_Q.per_head_weight()
+            bq = None if self.W_Q.bias is None else self.W_Q.bias.view(H, dh)
+        else:
+            wq, bq = per_head(self.W_Q)
+        wk, bk = per_head(self.W_K)
+        return wq, bq, wk, bk
+
+    # ----------------------------------------------------------------------------------------- forward
+    def forward(self, x: Tensor) -> Tensor:
+        B, T, d = x.shape
+        q = self._split_heads(self.W_Q(x))
+        k = self._split_heads(self.W_K(x))
+        v = self._split_heads(self.W_V(x))
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)  # each (B, H, T, d_head)
+        if self.qk_grad_fn is not None and q.requires_grad:
+            fn, q_ref, k_ref = self.qk_grad_fn, q.detach(), k.detach()
+            q.register_hook(lambda g: fn(g, q_ref))
+            k.register_hook(lambda g: fn(g, k_ref))
+        if self.needs_explicit(torch.is_grad_enabled()):
+            y = self._explicit(q, k, v)
+        else:
+            y = self._fused(q, k, v)
+        y = y.transpose(1, 2).reshape(B, T, d)
+        return self.resid_drop(self.W_O(y))
+
+    def _explicit(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        T = q.size(-2)
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.d_head))  # (B, H, T, T), pre-mask
+        scores = self.hook_attn_scores(scores)
+        if self.score_grad_fn is not None and scores.requires_grad:
+            fn, refs = self.score_grad_fn, (q.detach(), k.detach(), v.detach())
+            # The hook sees ∂L/∂S of the *pre-mask* scores: the mask is additive, so nothing re-masks dS'.
+            scores.register_hook(lambda g: fn(g, *refs))
+        pattern = torch.softmax(scores + self.additive_mask(T, scores.device, scores.dtype), dim=-1)
+        pattern = self.hook_pattern(pattern)  # (B, H, T, T), rows sum to 1
+        return self.attn_drop(pattern) @ v
+
+    def _fused(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        T = q.size(-2)
+        p = self.dropout if self.training else 0.0
+        use_flex = self.backend == "flex" or (
+            self.backend == "auto" and not self.causal_only and q.is_cuda and local_global.flex_available()
+        )
+        if use_flex:
+            return local_global.flex_attention(q, k, v, self.mask_mod)
+        if self.causal_only:
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        # Causality is folded into the boolean mask; is_causal must not be passed together with a mask.
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=self.allowed(T, q.device), dropout_p=p)
+
+
+class MLP(nn.Module):
+    """d_model → 4·d_model → GELU → d_model."""
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.fc = nn.Linear(cfg.d_model, 4 * cfg.d_model, bias=cfg.bias)
+        self.proj = nn.Linear(4 * cfg.d_model, cfg.d_model, bias=cfg.bias)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.drop(self.proj(F.gelu(self.fc(x))))
+
+
+class Block(nn.Module):
+    """Pre-LN transformer block: x + attn(LN(x)), then x + mlp(LN(x))."""
+
+    def __init__(self, cfg: GPTConfig, layer: int) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
+        self.attn = Attention(cfg, layer)
+        self.ln_2 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class TinyGPT(nn.Module):
+    """A small GPT-2-style language model: learned positions, pre-LN blocks, GELU MLP, tied embeddings.
+
+    Init: N(0, 0.02) for all weights, N(0, 0.02/√(2·n_layer)) for the residual output projections
+    (W_O and the MLP's down-projection), zero biases (GPT-2 convention).
+
+    Call: ``logits, loss = model(idx, targets)`` with idx, targets (B, T) long, T <= context_length;
+    logits (B, T, V) float; loss is the mean cross-entropy in nats (None without targets).
+
+    Raises:
+        ValueError: when idx is not 2-D or T exceeds ``cfg.context_length``.
+    """
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        if not isinstance(cfg, GPTConfig):
+            raise ValueError(f"cfg must be a GPTConfig, got {type(cfg).__name__}")
+        self.cfg = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.wpe = nn.Embedding(cfg.context_length, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.lm_head.weight = self.wte.weight  # weight tying
+        self.apply(self._init_weights)
+        residual_std = 0.02 / math.sqrt(2 * cfg.n_layer)
+        for block in self.blocks:
+            nn.init.normal_(block.attn.W_O.weight, std=residual_std)
+            nn.init.normal_(block.mlp.proj.weight, std=residual_std)
+        self.set_span_scaling(cfg.spans)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+
+    def set_span_scaling(self, span_cfg: spans.SpanConfig | None) -> None:
+        """Install (or remove, with None) span / violation gradient scaling on the configured layers.
+
+        Changes only the backward pass; ``self.cfg`` is updated so run records stay truthful.
+        """
+        if span_cfg is not None:
+            span_cfg.check_layers(self.cfg.n_layer)
+        self.cfg = replace(self.cfg, spans=span_cfg)
+        for block in self.blocks:
+            attn = block.attn
+            attn.score_grad_fn, attn.qk_grad_fn = None, None
+            if span_cfg is not None and span_cfg.applies_to(attn.layer):
+                attn.score_grad_fn, attn.qk_grad_fn = spans.build_grad_fns(span_cfg)
+
+    def forward(self, idx: Tensor, targets: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+        if idx.dim() != 2:
+            raise ValueError(f"idx must have shape (B, T), got {tuple(idx.shape)}")
+        T = idx.size(1)
+        if T > self.cfg.context_length:
+            raise ValueError(f"sequence length T={T} exceeds context_length={self.cfg.context_length}")
+        pos = torch.arange(T, device=idx.device)
+        x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, d_model)
+        for block in self.blocks:
+            x = block(x)
+        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+        return logits, loss
+
+    # --------------------------------------------------------------------------------- hooks and cache
+    def hook_points(self) -> dict[str, HookPoint]:
+        """All hook points by name, e.g. ``blocks.0.attn.hook_attn_scores``."""
+        return {name: m for name, m in self.named_modules() if isinstance(m, HookPoint)}
+
+    @contextmanager
+    def hooks(self, fwd_hooks: Mapping[str, Callable[[Tensor], Tensor | None]]) -> Iterator[TinyGPT]:
+        """Temporarily register forward hooks ``fn(tensor) -> tensor | None`` on named hook points.
+
+        Returning a tensor replaces the hooked value. Raises ``ValueError`` for unknown names.
+        """
+        points = self.hook_points()
+        unknown = [n for n in fwd_hooks if n not in points]
+        if unknown:
+            raise ValueError(f"unknown hook point(s) {unknown}; e.g. {sorted(points)[:5]}")
+        handles = [points[n].register_forward_hook(lambda _m, _i, out, fn=fn: fn(out)) for n, fn in fwd_hooks.items()]
+        try:
+            yield self
+        finally:
+            for h in handles:
+                h.remove()
+
+    def run_with_cache(
+        self, idx: Tensor, names: Iterable[str] | Callable[[str], bool] | None = None
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """Forward pass that also returns the (detached) tensors at the selected hook points.
+
+        Args:
+            idx: (B, T) token ids.
+            names: hook-point names, or a predicate on names; None caches every hook point.
+        Returns:
+            (logits (B, T, V), {name: tensor}). Selecting ``hook_attn_scores`` or ``hook_pattern`` routes
+            attention through the explicit path for this call.
+        """
+        points = self.hook_points()
+        if names is None:
+            selected = list(points)
+        elif callable(names):
+            selected = [n for n in points if names(n)]
+        else:
+            selected = list(names)
+        cache: dict[str, Tensor] = {}
+
+        def saver(name: str) -> Callable[[Tensor], None]:
+            def save(t: Tensor) -> None:
+                cache[name] = t.detach()
+
+            return save
+
+        with self.hooks({n: saver(n) for n in selected}):
+            logits, _ = self(idx)
+        return logits, cache
+
+    def num_params(self) -> int:
+        """Number of distinct parameters (tied embeddings counted once)."""
+        return sum(p.numel() for p in self.parameters())
