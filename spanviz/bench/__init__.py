@@ -1,0 +1,92 @@
+"""``spanviz bench``: every benchmark of the project, each a ratio or rate measured within one run.
+
+Sections (each in its own module, each returning a JSON-ready dict):
+
+* ``core``    — TinyGPT step over a plain GPT; notebook config steps/s and peak RSS (:mod:`.core`)
+* ``spans``   — span-scaled step over the standard step (:mod:`.spans`)
+* ``ls``      — local+global attention over dense causal attention, forward and forward+backward (:mod:`.ls`)
+* ``fp8``     — spectral norms and power iteration as a share of a train step (:mod:`.fp8`)
+* ``widgets`` — slider-to-figure latency and live-dashboard overhead (:mod:`.widgets`)
+
+Nothing here asserts a time: the targets are printed next to the measurements.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import logging
+import os
+import platform
+import traceback
+from collections.abc import Callable
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+SECTIONS: dict[str, tuple[str, str]] = {
+    "core": ("spanviz.bench.core", "bench_core"),
+    "spans": ("spanviz.bench.spans", "bench_spans"),
+    "ls": ("spanviz.bench.ls", "bench_ls"),
+    "fp8": ("spanviz.bench.fp8", "bench_fp8"),
+    "widgets": ("spanviz.bench.widgets", "bench_widgets"),
+}
+
+
+def _resolve(device: str) -> str:
+    if device != "auto":
+        return device
+    if torch.cuda.is_available():
+        return "cuda"
+    return "cpu"
+
+
+def run_benchmarks(
+    only: str | None = None, device: str = "auto", data_dir: str | None = None, quick: bool = False
+) -> dict:
+    """Run the selected sections (comma-separated names; None = all) and collect their results.
+
+    A section that fails records its error instead of stopping the others.
+
+    Raises:
+        ValueError: an unknown section name.
+    """
+    names = list(SECTIONS) if only is None else [s.strip() for s in only.split(",") if s.strip()]
+    unknown = [n for n in names if n not in SECTIONS]
+    if unknown:
+        raise ValueError(f"only: unknown benchmark section(s) {unknown}; allowed: {sorted(SECTIONS)}")
+    device = _resolve(device)
+    results: dict = {
+        "environment": {
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "device": device,
+            "cuda_device": torch.cuda.get_device_name() if device.startswith("cuda") else None,
+        }
+    }
+    for name in names:
+        module_name, func_name = SECTIONS[name]
+        func: Callable[..., dict] = getattr(importlib.import_module(module_name), func_name)
+        offered = {"device": device, "quick": quick, "data_dir": data_dir}
+        accepted = inspect.signature(func).parameters
+        kwargs = {k: v for k, v in offered.items() if k in accepted}
+        try:
+            results[name] = func(**kwargs)
+        except Exception as exc:  # one broken section must not hide the others' figures
+            logger.exception("benchmark section %s failed", name)
+            results[name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-1500:]}
+    return results
+
+
+def format_results(results: dict) -> str:
+    """Readable text of :func:`run_benchmarks`' output (JSON sections, indented)."""
+    lines = []
+    for name, section in results.items():
+        lines.append(f"== {name} ==")
+        lines.append(json.dumps(section, indent=2, default=str))
+    return "\n".join(lines)
