@@ -1,0 +1,272 @@
+"""Background training for the widget panels: Start / Stop, throttled refreshes, errors kept, replays.
+
+A :class:`Runner` trains one or more *jobs* side by side (one optimizer step of each in turn, so their curves
+grow together) in a daemon thread, or in the caller's thread when blocking. It never touches widgets
+itself: it calls ``on_update(runner)`` at most ``refresh_hz`` times per second (and once at the end) and
+``on_finish(runner)`` when the run ends — normally, stopped, or with an error. The panel draws in those
+callbacks.
+
+Why a thread: a blocking training loop in a notebook cell streams plot updates, but a Stop click is only
+handled after the cell ends (see DESIGN.md, "Interactivity facts"). Scripts and notebook execution in CI
+want the blocking path instead: ``start(..., blocking=True)`` or the environment variable
+``SPANVIZ_BLOCKING=1``.
+
+A job either trains (``make_trainer`` gives an object with ``step(n) -> list[row dict]`` and
+``request_stop()``, e.g. :class:`spanviz.train.Trainer`) or replays a stored history (``replay``), which
+appears at the first refresh without training.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+logger = logging.getLogger(__name__)
+
+STATES = ("idle", "running", "done", "stopped", "error")
+
+
+class TrainerLike(Protocol):
+    """What the runner needs from a trainer (``spanviz.train.Trainer`` satisfies it)."""
+
+    def step(self, n: int = 1) -> list[dict[str, Any]]: ...
+
+    def request_stop(self) -> None: ...
+
+
+@dataclass
+class Job:
+    """One curve family of a panel run.
+
+    Attributes:
+        label: name shown in legends; unique within a run.
+        steps: optimizer steps to train (>= 1); ignored for a replay.
+        make_trainer: builds the trainer; called in the worker thread (so model construction does not block
+            the notebook). None for a replay.
+        replay: a stored history (mapping of equal-length lists) shown at once instead of training.
+        on_complete: called with the trainer after its last step when the job ran to the end (not stopped,
+            no error), e.g. to put the run record into a results store.
+    """
+
+    label: str
+    steps: int = 0
+    make_trainer: Callable[[], TrainerLike] | None = None
+    replay: Mapping[str, Sequence[Any]] | None = None
+    on_complete: Callable[[TrainerLike], None] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.label, str) or not self.label:
+            raise ValueError(f"label must be a non-empty string, got {self.label!r}")
+        if (self.make_trainer is None) == (self.replay is None):
+            raise ValueError(f"job {self.label!r}: give exactly one of make_trainer and replay")
+        if self.replay is None and (isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1):
+            raise ValueError(f"job {self.label!r}: steps must be an integer >= 1, got {self.steps!r}")
+
+
+def blocking_default() -> bool:
+    """True when the environment variable ``SPANVIZ_BLOCKING`` is set to 1/true/yes (case-insensitive)."""
+    return os.environ.get("SPANVIZ_BLOCKING", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def append_rows(history: dict[str, list[Any]], rows: Sequence[Mapping[str, Any]]) -> None:
+    """Append row dicts to a history of equal-length lists, filling ``None`` for keys a row lacks.
+
+    A key seen for the first time is back-filled with ``None`` for the earlier rows, so all lists keep the
+    same length.
+    """
+    for row in rows:
+        n = len(next(iter(history.values()))) if history else 0
+        for key in row:
+            if key not in history:
+                history[key] = [None] * n
+        for key, column in history.items():
+            column.append(row.get(key))
+
+
+class Runner:
+    """Trains jobs step by step in a background thread (or blocking), with throttled refresh callbacks.
+
+    Args:
+        on_update: ``fn(runner)``, called from the training thread at most ``refresh_hz`` times per second
+            and once after the last step; read :meth:`snapshot` there.
+        on_finish: ``fn(runner)``, called once when a run ends (state "done", "stopped" or "error").
+        refresh_hz: maximum refresh rate (> 0), default 4 Hz.
+    Raises:
+        ValueError: refresh_hz <= 0.
+
+    Thread safety: :meth:`start`, :meth:`stop`, :meth:`snapshot` may be called from any thread. Exceptions
+    raised by a trainer or by ``on_update`` end the run with state "error"; :attr:`error` keeps the
+    exception and :attr:`error_text` its traceback (``on_finish`` still runs, so a panel can show it).
+    """
+
+    def __init__(
+        self,
+        on_update: Callable[[Runner], None] | None = None,
+        on_finish: Callable[[Runner], None] | None = None,
+        refresh_hz: float = 4.0,
+    ) -> None:
+        if not refresh_hz > 0:
+            raise ValueError(f"refresh_hz must be > 0, got {refresh_hz!r}")
+        self.on_update, self.on_finish, self.refresh_hz = on_update, on_finish, float(refresh_hz)
+        self.state = "idle"
+        self.error: BaseException | None = None
+        self.error_text: str | None = None
+        self.histories: dict[str, dict[str, list[Any]]] = {}
+        self.steps_done: dict[str, int] = {}
+        self.steps_total = 0
+        self.refreshes = 0
+        self.started_at: float | None = None
+        self.finished_at: float | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._trainers: dict[str, TrainerLike] = {}
+
+    # ------------------------------------------------------------------------------------------- control
+    @property
+    def running(self) -> bool:
+        """True while a run is in progress."""
+        return self.state == "running"
+
+    def start(self, jobs: Sequence[Job], blocking: bool | None = None, raise_errors: bool | None = None) -> None:
+        """Start a run of ``jobs``.
+
+        Args:
+            jobs: at least one :class:`Job`, labels unique.
+            blocking: run in the caller's thread and return when done; None = ``SPANVIZ_BLOCKING``.
+            raise_errors: re-raise an error of the run after recording it (default: when blocking, so that
+                notebook execution in CI fails loudly).
+        Raises:
+            RuntimeError: a run is already in progress.
+            ValueError: no jobs or duplicate labels.
+        """
+        jobs = list(jobs)
+        if not jobs:
+            raise ValueError("jobs must hold at least one Job, got none")
+        labels = [j.label for j in jobs]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"job labels must be unique, got {labels}")
+        blocking = blocking_default() if blocking is None else bool(blocking)
+        raise_errors = blocking if raise_errors is None else bool(raise_errors)
+        with self._lock:
+            if self.running:
+                raise RuntimeError("a run is already in progress; stop it first")
+            self.state = "running"
+            self.error, self.error_text = None, None
+            self.histories = {j.label: {k: list(v) for k, v in (j.replay or {}).items()} for j in jobs}
+            self.steps_done = {j.label: 0 for j in jobs}
+            self.steps_total = sum(j.steps for j in jobs if j.replay is None)
+            self.refreshes = 0
+            self.started_at, self.finished_at = time.perf_counter(), None
+            self._stop.clear()
+            self._trainers = {}
+        if blocking:
+            self._work(jobs)
+            if raise_errors and self.error is not None:
+                raise self.error
+        else:
+            self._thread = threading.Thread(target=self._work, args=(jobs,), name="spanviz-runner", daemon=True)
+            self._thread.start()
+
+    def stop(self, wait: bool = True, timeout: float = 2.0) -> bool:
+        """Ask the run to stop after the current step (trainers get ``request_stop()`` too).
+
+        Args:
+            wait: block until the worker thread ended (at most ``timeout`` seconds).
+        Returns:
+            True when no run is in progress any more.
+        """
+        self._stop.set()
+        with self._lock:
+            trainers = list(self._trainers.values())
+        for trainer in trainers:
+            trainer.request_stop()
+        if wait:
+            self.join(timeout)
+        return not self.running
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the background thread; returns True when the run has ended."""
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+        return not self.running
+
+    def snapshot(self) -> dict[str, dict[str, list[Any]]]:
+        """A copy of every job's history so far: ``{label: {key: list}}`` (safe to read from any thread)."""
+        with self._lock:
+            return {label: {k: list(v) for k, v in h.items()} for label, h in self.histories.items()}
+
+    @property
+    def progress(self) -> tuple[int, int]:
+        """(steps done, steps to do) summed over the training jobs (replays count 0)."""
+        return sum(self.steps_done.values()), self.steps_total
+
+    @property
+    def steps_per_s(self) -> float:
+        """Optimizer steps per second (all jobs) since the start; 0 before any step."""
+        if self.started_at is None:
+            return 0.0
+        end = self.finished_at or time.perf_counter()
+        done = sum(self.steps_done.values())
+        return done / (end - self.started_at) if end > self.started_at else 0.0
+
+    # -------------------------------------------------------------------------------------------- worker
+    def _refresh(self) -> None:
+        self.refreshes += 1
+        if self.on_update is not None:
+            self.on_update(self)
+
+    def _work(self, jobs: Sequence[Job]) -> None:
+        period = 1.0 / self.refresh_hz
+        last = float("-inf")
+        try:
+            active = [j for j in jobs if j.replay is None]
+            if len(active) < len(jobs):
+                self._refresh()  # replays appear at once
+                last = time.perf_counter()
+            while active and not self._stop.is_set():
+                for job in list(active):
+                    if self._stop.is_set():
+                        break
+                    trainer = self._trainers.get(job.label)
+                    if trainer is None:
+                        trainer = job.make_trainer()
+                        with self._lock:
+                            self._trainers[job.label] = trainer
+                        if self._stop.is_set():  # stop() may have run while the trainer was being built
+                            break
+                    rows = trainer.step(1)
+                    with self._lock:
+                        append_rows(self.histories[job.label], rows)
+                        self.steps_done[job.label] += len(rows)
+                    finished = self.steps_done[job.label] >= job.steps
+                    if finished and job.on_complete is not None:
+                        job.on_complete(trainer)
+                    if finished or not rows:
+                        active.remove(job)
+                    now = time.perf_counter()
+                    if now - last >= period:
+                        self._refresh()
+                        last = time.perf_counter()
+            self._refresh()
+            self.state = "stopped" if self._stop.is_set() and active else "done"
+        except Exception as exc:  # noqa: BLE001 - everything is shown in the panel, nothing is lost
+            self.error, self.error_text = exc, traceback.format_exc()
+            self.state = "error"
+            logger.warning("spanviz run failed: %s", exc)
+        finally:
+            self.finished_at = time.perf_counter()
+            with self._lock:
+                self._trainers = {}
+            if self.on_finish is not None:
+                try:
+                    self.on_finish(self)
+                except Exception:  # noqa: BLE001
+                    logger.exception("on_finish callback failed")

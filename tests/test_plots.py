@@ -1,0 +1,215 @@
+"""Figure builders, checked on their data: trace counts, shapes, values, axes, and bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+
+from spanviz import plots
+
+H1 = {"step": [0, 1, 2, 3], "train_loss": [5.0, 4.0, 3.0, 2.0], "val_loss": [None, 4.5, None, 3.0]}
+H2 = {"step": [0, 1, 2, 3], "train_loss": [5.0, 4.2, 3.2, 2.4], "val_loss": [None, 4.7, None, 3.4]}
+
+
+# ------------------------------------------------------------------------------------------- histories
+def test_series_drops_unmeasured_steps():
+    steps, values = plots.series(H1, "val_loss")
+    np.testing.assert_array_equal(steps, [1, 3])
+    np.testing.assert_array_equal(values, [4.5, 3.0])
+
+
+def test_series_missing_key_raises():
+    with pytest.raises(ValueError, match="no key 'nope'"):
+        plots.series(H1, "nope")
+
+
+def test_layer_series_accepts_list_column_and_split_keys():
+    nested = {"step": [0, 1, 2], "m": [[1.0, 2.0], None, [3.0, 4.0]]}
+    steps, values = plots.layer_series(nested, "m")
+    np.testing.assert_array_equal(steps, [0, 2])
+    np.testing.assert_array_equal(values, [[1, 2], [3, 4]])
+    split = {"step": [0, 1], "m/0": [1.0, 3.0], "m/1": [2.0, None]}
+    steps, values = plots.layer_series(split, "m")
+    np.testing.assert_array_equal(steps, [0])
+    np.testing.assert_array_equal(values, [[1, 2]])
+    with pytest.raises(ValueError, match="neither"):
+        plots.layer_series({"step": [0]}, "m")
+
+
+# ---------------------------------------------------------------------------------------- loss curves
+def test_seed_band_mean_std_count():
+    b = plots.seed_band([H1, H2], "val_loss")
+    np.testing.assert_array_equal(b["step"], [1, 3])
+    np.testing.assert_allclose(b["mean"], [4.6, 3.2])
+    np.testing.assert_allclose(b["std"], [np.std([4.5, 4.7], ddof=1), np.std([3.0, 3.4], ddof=1)])
+    np.testing.assert_array_equal(b["count"], [2, 2])
+    with pytest.raises(ValueError, match="at least one"):
+        plots.seed_band([], "val_loss")
+
+
+def test_loss_curves_two_traces_per_variant_and_metric_with_band():
+    fig = plots.loss_curves_figure({"standard": [H1, H2], "[1000]": H1}, metrics=("train_loss", "val_loss"))
+    assert isinstance(fig, go.Figure)
+    assert len(fig.data) == 2 * 2 * 2
+    band, mean = fig.data[2], fig.data[3]  # standard · val_loss
+    np.testing.assert_allclose(mean.y, [4.6, 3.2])
+    std = np.std([4.5, 4.7], ddof=1)
+    # band polygon: upper along x, then lower backwards
+    np.testing.assert_allclose(band.y[0], 4.6 + std)
+    np.testing.assert_allclose(band.y[-1], 4.6 - std)
+    assert band.fill == "toself"
+    single = fig.data[6:8]  # [1000] · val_loss, one seed: zero-width band
+    np.testing.assert_allclose(single[0].y, [4.5, 3.0, 3.0, 4.5])  # upper = lower = the one seed
+
+
+# ------------------------------------------------------------------------------------------ span blocks
+def _blocks(rng, orders=(0, 1, 1, 1, 2, 2, 2, 3), T=6):
+    return [{"name": f"S{i + 1}", "order": o, "block": rng.normal(size=(T, T))} for i, o in enumerate(orders)]
+
+
+def test_span_blocks_figure_grid_scaling_and_norms():
+    rng = np.random.default_rng(0)
+    blocks = _blocks(rng)
+    alphas = (1.0, 0.5, 0.0, 2.0)
+    fig = plots.span_blocks_figure(blocks, alphas)
+    assert len(fig.data) == 8 + 2
+    heat = fig.data[:8]
+    for b, trace in zip(blocks, heat):
+        np.testing.assert_allclose(trace.z, alphas[b["order"]] * b["block"])
+    # one row per order: S1 alone in row 1, S8 alone in the last row; S2..S4 share a row (same y axis domain)
+    y_domain = {t.name: tuple(fig.layout[t.yaxis.replace("y", "yaxis")].domain) for t in heat}
+    assert y_domain["S2"] == y_domain["S3"] == y_domain["S4"] != y_domain["S1"]
+    assert len(set(y_domain.values())) == 4
+    ds = np.linalg.norm(sum(b["block"] for b in blocks))
+    rel = [np.linalg.norm(b["block"]) / ds for b in blocks]
+    np.testing.assert_allclose(fig.data[8].y, rel)
+    np.testing.assert_allclose(fig.data[9].y, np.array(rel) * [abs(alphas[b["order"]]) for b in blocks])
+    # colour scale fixed by the unscaled blocks
+    assert fig.layout.coloraxis.cmax == pytest.approx(max(np.abs(b["block"]).max() for b in blocks))
+
+
+def test_span_blocks_qk4_has_three_rows_and_data_matches_figure():
+    rng = np.random.default_rng(1)
+    blocks = _blocks(rng, orders=(0, 1, 1, 2))
+    fig = plots.span_blocks_figure(blocks)
+    data = plots.span_blocks_data(blocks)
+    assert [d["type"] for d in data] == [t.type for t in fig.data]
+    assert len({t.yaxis for t in fig.data[:4]}) == 4  # every heatmap has its own axes
+    np.testing.assert_allclose(fig.data[2].z, blocks[2]["block"])
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ([{"name": "S1", "order": 0}], "no 'block'"),
+        ([{"name": "S1", "order": 5, "block": np.zeros((2, 2))}], r"order.*\[0, 3\]"),
+        ([{"name": "S1", "order": 0, "block": np.zeros(3)}], "2-D"),
+        ([], "at least one"),
+    ],
+)
+def test_span_blocks_bad_input(bad, match):
+    with pytest.raises(ValueError, match=match):
+        plots.span_blocks_figure(bad)
+
+
+def test_energy_by_order_stacks_and_checks_lengths():
+    fig = plots.energy_by_order_figure([0, 10], {"order 0": [0.7, 0.6], "order 1": [0.3, 0.4]})
+    assert [t.stackgroup for t in fig.data] == ["energy", "energy"]
+    np.testing.assert_allclose(fig.data[1].y, [0.3, 0.4])
+    with pytest.raises(ValueError, match="shape"):
+        plots.energy_by_order_figure([0, 10], {"order 0": [0.7]})
+
+
+def test_subspace_angles_in_degrees():
+    fig = plots.subspace_angles_figure({"Q–K": [0.0, np.pi / 2]})
+    np.testing.assert_allclose(fig.data[0].y, [0.0, 90.0])
+    np.testing.assert_array_equal(fig.data[0].x, [1, 2])
+
+
+# -------------------------------------------------------------------------------------------- the toy
+def test_span_toy_splits_gradient_into_span_and_violation():
+    toy = plots.span_toy(seed=3)
+    np.testing.assert_allclose(toy["parallel"] + toy["violation"], toy["grad"])
+    np.testing.assert_allclose(toy["basis"].T @ toy["violation"], 0.0, atol=1e-12)  # ⊥ to the plane
+    np.testing.assert_allclose(toy["normal"] @ toy["parallel"], 0.0, atol=1e-12)  # in the plane
+    g = np.array([1.0, 2.0, 3.0])
+    flat = plots.span_toy(basis=np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]), grad=g)
+    np.testing.assert_allclose(flat["parallel"], [1.0, 2.0, 0.0])
+    np.testing.assert_allclose(flat["violation"], [0.0, 0.0, 3.0])
+
+
+def test_span_toy_bad_input():
+    with pytest.raises(ValueError, match="rank 2"):
+        plots.span_toy(basis=np.array([[1.0, 2.0], [1.0, 2.0], [0.0, 0.0]]))
+    with pytest.raises(ValueError, match=r"\(3, 2\)"):
+        plots.span_toy(basis=np.ones((4, 2)))
+
+
+def test_span_toy_figure_scaled_arrow():
+    toy = plots.span_toy(seed=0)
+    fig = plots.span_toy_figure(toy, alphas=(1.0, 0.0))
+    assert len(fig.data) == 7
+    assert fig.data[0].type == "mesh3d"
+    tip = [fig.data[6].x[1], fig.data[6].y[1], fig.data[6].z[1]]
+    np.testing.assert_allclose(tip, toy["parallel"])  # α⊥ = 0 keeps only the span part
+
+
+# ------------------------------------------------------------------------------------ local/global heads
+def test_head_masks_figure_one_heatmap_per_head():
+    T = 5
+    causal = np.tril(np.ones((T, T), bool))
+    local = causal & (np.arange(T)[:, None] - np.arange(T)[None, :] < 2)
+    masks = np.stack([local, causal, causal])
+    fig = plots.head_masks_figure(masks, labels=["local", "global", "global"])
+    assert len(fig.data) == 3
+    np.testing.assert_array_equal(fig.data[0].z, local.astype(float))
+    assert [a.text for a in fig.layout.annotations] == ["local", "global", "global"]
+    with pytest.raises(ValueError, match="H=3"):
+        plots.head_masks_figure(masks, labels=["a"])
+    with pytest.raises(ValueError, match=r"\(H, T, T\)"):
+        plots.head_masks_figure(np.ones((2, 3, 4)))
+
+
+def test_max_logit_one_line_per_run_and_layer():
+    runs = {
+        "MHSA": {"step": [0, 10], "logits/max_per_layer": [[1.0, 2.0], [3.0, 5.0]]},
+        "LS": {"step": [0, 10], "logits/max_per_layer": [[1.0, 1.5], None]},
+    }
+    fig = plots.max_logit_figure(runs)
+    assert len(fig.data) == 4
+    np.testing.assert_array_equal(fig.data[1].y, [2.0, 5.0])  # MHSA layer 1
+    np.testing.assert_array_equal(fig.data[3].x, [0])  # LS: the unprobed step is dropped
+    assert fig.data[0].line.color == fig.data[1].line.color != fig.data[2].line.color
+
+
+# ------------------------------------------------------------------------------------------------ FP8
+def test_fp8_panel_rows_and_order():
+    steps = [0, 1, 2]
+    fig = plots.fp8_panel_figure(
+        steps,
+        observed=[1.0, 2.0, 30.0],
+        bounds={"worst case": [50.0] * 3, "rank-aware": [10.0] * 3},
+        scales={"delayed": [448.0, 224.0, 224.0], "theory": [44.8] * 3},
+        overflows={"delayed": [0, 0, 3], "theory": [0, 0, 0]},
+    )
+    assert len(fig.data) == 1 + 2 + 2 + 2
+    assert fig.data[0].name == "observed max |S|"
+    axes = [t.yaxis for t in fig.data]
+    assert axes == ["y"] * 3 + ["y2"] * 2 + ["y3"] * 2
+    np.testing.assert_array_equal(fig.data[5].y, [0, 0, 3])
+    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis2.type == "log"
+    with pytest.raises(ValueError, match="observed"):
+        plots.fp8_panel_figure(steps, [1.0], {}, {}, {})
+
+
+def test_bound_vs_rank_marks_current_rank():
+    ranks = [1, 2, 4, 8]
+    bounds = {"worst case": [8.0, 8.0, 8.0, 8.0], "rank-aware": [1.0, 1.5, 2.0, 3.0]}
+    fig = plots.bound_vs_rank_figure(ranks, bounds, observed=[0.5, 0.7, 1.0, 1.2], r=4)
+    assert len(fig.data) == 2 + 1 + 1
+    ring = fig.data[-1]
+    np.testing.assert_array_equal(ring.x, [4, 4, 4])
+    np.testing.assert_allclose(ring.y, [8.0, 2.0, 1.0])
+    with pytest.raises(ValueError, match="r=3"):
+        plots.bound_vs_rank_figure(ranks, bounds, r=3)

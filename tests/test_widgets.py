@@ -1,0 +1,296 @@
+"""Panel logic without a browser: sliders change figure data, Stop, errors, blocking mode, replays, fallback."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from types import SimpleNamespace
+
+import ipywidgets as W
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+import torch
+
+from spanviz import plots, widgets
+from spanviz.model import GPTConfig
+from spanviz.runner import Job, Runner, append_rows
+from spanviz.train import TrainConfig
+
+SMALL = GPTConfig(vocab_size=64, context_length=24, n_layer=1, n_head=2, d_model=32)  # d_head 16 < T 24
+TINY_TRAIN = TrainConfig(steps=3, batch_size=2, eval_interval=2, eval_iters=1, warmup_steps=0, device="cpu")
+
+
+class FakeData:
+    """Minimal token data for the real Trainer: random ids, vocab 64."""
+
+    def __init__(self, vocab: int = 64, n: int = 4000) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.train_ids = torch.randint(vocab, (n,), generator=g)
+        self.eval_ids = torch.randint(vocab, (n,), generator=g)
+        self.vocab_size = vocab
+
+    def describe(self) -> dict:
+        return {"dataset": "random", "vocab_size": self.vocab_size}
+
+
+class FakeTrainer:
+    """Stands in for spanviz.train.Trainer: `delay` seconds per step, optional failure at step `fail_at`."""
+
+    def __init__(self, steps: int, delay: float = 0.0, fail_at: int | None = None) -> None:
+        self.steps, self.delay, self.fail_at = steps, delay, fail_at
+        self.i = 0
+        self.stop_requested = threading.Event()
+        self.record = SimpleNamespace(config={"fake": steps}, history={})
+
+    def step(self, n: int = 1) -> list[dict]:
+        if self.i >= self.steps:
+            return []
+        time.sleep(self.delay)
+        if self.fail_at is not None and self.i == self.fail_at:
+            raise RuntimeError("boom in step")
+        row = {"step": self.i, "train_loss": 5.0 - 0.01 * self.i, "val_loss": None, "lr": 1e-3}
+        self.i += 1
+        append_rows(self.record.history, [row])
+        return [row]
+
+    def request_stop(self) -> None:
+        self.stop_requested.set()
+
+
+def fake_panel(steps: int, delay: float = 0.0, fail_at: int | None = None, **kw) -> widgets.TrainingPanel:
+    specs = lambda: [widgets.RunSpec("a", SMALL, SimpleNamespace(steps=steps)),  # noqa: E731
+                     widgets.RunSpec("b", SMALL, SimpleNamespace(steps=steps))]
+    return widgets.TrainingPanel(
+        specs, data=FakeData(), trainer_factory=lambda spec, data: FakeTrainer(steps, delay, fail_at),
+        static=False, **kw,
+    )
+
+
+# ------------------------------------------------------------------------------------------ static mode
+def test_use_static_env_override_and_autodetect(monkeypatch):
+    monkeypatch.delenv("SPANVIZ_STATIC", raising=False)
+    monkeypatch.delenv("VSCODE_PID", raising=False)
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    assert widgets.use_static() is False
+    monkeypatch.setenv("VSCODE_PID", "123")
+    assert widgets.use_static() is True
+    monkeypatch.setenv("SPANVIZ_STATIC", "0")
+    assert widgets.use_static() is False  # env override beats auto-detection
+    assert widgets.use_static(static=True) is True  # the argument beats the env var
+    monkeypatch.delenv("VSCODE_PID")
+    monkeypatch.setenv("SPANVIZ_STATIC", "1")
+    assert widgets.use_static() is True
+    monkeypatch.delenv("SPANVIZ_STATIC")
+    monkeypatch.setitem(sys.modules, "google.colab", SimpleNamespace())
+    assert widgets.use_static() is True
+    monkeypatch.setenv("SPANVIZ_STATIC", "maybe")
+    with pytest.raises(ValueError, match="SPANVIZ_STATIC"):
+        widgets.use_static()
+
+
+def test_static_fallback_chosen_under_env_override(monkeypatch):
+    monkeypatch.setenv("SPANVIZ_STATIC", "1")
+    panel = widgets.LocalGlobalPanel(SMALL)
+    view = panel.views["masks"]
+    assert view.static and isinstance(view.widget.children[0], W.Output)
+    assert not isinstance(view.figure, go.FigureWidget)
+    before = view.widget.children[0].outputs[0]["data"]["application/vnd.plotly.v1+json"]
+    panel.controls["window"].value = 2
+    after = view.widget.children[0].outputs[0]["data"]["application/vnd.plotly.v1+json"]
+    assert before != after  # re-rendered with the new masks
+    np.testing.assert_array_equal(view.figure.data[0].z, panel.masks()[0].astype(float))
+
+
+def test_figure_view_patches_in_place_and_rebuilds_on_structure_change():
+    fig = plots.subspace_angles_figure({"Q–K": [0.1, 0.2]})
+    view = widgets.FigureView(fig, static=False)
+    fw = view.figure
+    assert isinstance(fw, go.FigureWidget)
+    assert view.update(plots.subspace_angles_data({"Q–K": [0.3, 0.4]})) == "patched"
+    assert view.figure is fw
+    np.testing.assert_allclose(fw.data[0].y, np.degrees([0.3, 0.4]))
+    two = {"Q–K": [0.3], "K–V": [0.5]}
+    with pytest.raises(ValueError, match="build="):
+        view.update(plots.subspace_angles_data(two))
+    assert view.update(plots.subspace_angles_data(two), build=lambda: plots.subspace_angles_figure(two)) == "rebuilt"
+    assert len(view.figure.data) == 2 and view.widget.children == (view.figure,)
+
+
+# ------------------------------------------------------------------------------------------ spans panel
+@pytest.fixture(scope="module")
+def spans_panel():
+    return widgets.SpansPanel(SMALL, static=False)
+
+
+def test_spans_blocks_sum_to_captured_dS(spans_panel):
+    assert spans_panel.alphas == (1.0, 0.0, 0.0, 0.0)  # default [1000]
+    for i in range(4):
+        spans_panel.controls[f"alpha{i}"].value = 1.0  # [1111]: the shown blocks are the unscaled blocks
+    fig = spans_panel.views["blocks"].figure
+    heat = [t for t in fig.data if t.type == "heatmap"]
+    assert len(heat) == 8
+    dS = spans_panel.captures[0].dS[0, 0].double().numpy()
+    np.testing.assert_allclose(sum(np.asarray(t.z) for t in heat), dS, atol=1e-6 * np.abs(dS).max())
+
+
+def test_spans_alpha_slider_changes_figure_data(spans_panel):
+    fig = spans_panel.views["blocks"].figure
+    assert np.abs(fig.data[0].z).max() > 0
+    bars_before = np.array(fig.data[9].y)
+    spans_panel.controls["alpha0"].value = 0.0
+    assert np.abs(fig.data[0].z).max() == 0.0  # S1 (order 0) scaled to zero
+    assert fig.data[9].y[0] == 0.0 and np.array_equal(fig.data[9].y[1:], bars_before[1:])
+    toy_tip = [fig_t for fig_t in spans_panel.views["toy"].figure.data][6]
+    np.testing.assert_allclose([toy_tip.x[1], toy_tip.y[1], toy_tip.z[1]], spans_panel.toy["violation"])
+    spans_panel.controls["alpha0"].value = 1.0
+
+
+def test_spans_head_and_preset_pickers(spans_panel):
+    view = spans_panel.views["blocks"]
+    z_head0 = np.array(view.figure.data[0].z)
+    angles0 = np.array(spans_panel.views["angles"].figure.data[0].y)
+    spans_panel.controls["head"].value = 1
+    assert not np.allclose(view.figure.data[0].z, z_head0)
+    assert not np.allclose(spans_panel.views["angles"].figure.data[0].y, angles0)
+    spans_panel.controls["preset"].value = "qk4"
+    assert len(view.figure.data) == 4 + 2  # rebuilt: 4 blocks (orders 0, 1, 1, 2) + 2 bar traces
+    spans_panel.controls["preset"].value = "kv8"
+    spans_panel.controls["head"].value = 0
+    assert len(view.figure.data) == 10
+
+
+# -------------------------------------------------------------------------------- local/global, FP8 views
+def test_local_global_masks_follow_sliders():
+    panel = widgets.LocalGlobalPanel(SMALL, static=False)
+    fig = panel.views["masks"].figure
+    panel.controls["context"].value = 16
+    panel.controls["n_local"].value = 1
+    panel.controls["window"].value = 3
+    z = np.asarray(fig.data[0].z)
+    T = 16
+    i, j = np.arange(T)[:, None], np.arange(T)[None, :]
+    np.testing.assert_array_equal(z, ((j <= i) & (i - j < 3)).astype(float))
+    np.testing.assert_array_equal(np.asarray(fig.data[1].z), (j <= i).astype(float))  # head 1 global
+    assert fig.layout.annotations[0].text == "head 0: local (p=3)"
+    panel.controls["n_local"].value = 0
+    np.testing.assert_array_equal(np.asarray(fig.data[0].z), (j <= i).astype(float))
+    assert fig.layout.annotations[0].text == "head 0: global"
+
+
+def test_fp8_rank_delta_margin_update_bounds():
+    panel = widgets.FP8Panel(SMALL, static=False)
+    fig = panel.views["bounds"].figure
+    panel.controls["rank"].value = 4
+    assert list(fig.data[-1].x) == [4, 4, 4, 4]
+    rank_aware = np.array(fig.data[2].y)
+    panel.controls["delta"].value = 1e-6
+    assert np.all(np.array(fig.data[2].y) > rank_aware)  # smaller δ ⇒ larger bound
+    table = panel.scales.value
+    panel.controls["margin"].value = 2
+    assert panel.scales.value != table and "r = 4" in panel.scales.value
+
+
+# ---------------------------------------------------------------------------------------- runner, panel
+def test_stop_ends_run_within_a_second():
+    panel = fake_panel(steps=100_000, delay=0.02)
+    runner = panel.train(blocking=False)
+    time.sleep(0.3)
+    assert runner.running
+    t0 = time.perf_counter()
+    assert panel.stop(wait=True, timeout=1.0)
+    assert time.perf_counter() - t0 < 1.0
+    assert runner.state == "stopped"
+    done, total = runner.progress
+    assert 0 < done < total
+    assert panel.controls["start"].disabled is False and "stopped" in panel.status.value
+
+
+def test_error_in_run_is_shown_in_panel():
+    panel = fake_panel(steps=10, fail_at=3)
+    runner = panel.train(blocking=False)
+    assert runner.join(5.0)
+    assert runner.state == "error" and isinstance(runner.error, RuntimeError)
+    assert "boom in step" in panel.error.value and "Traceback" in panel.error.value
+    assert "error" in panel.status.value
+
+
+def test_blocking_env_var_runs_in_caller_thread_and_reraises(monkeypatch):
+    monkeypatch.setenv("SPANVIZ_BLOCKING", "1")
+    panel = fake_panel(steps=5)
+    runner = panel.train()
+    assert runner.state == "done" and runner.progress == (10, 10)
+    fig = panel.views["loss"].figure
+    np.testing.assert_allclose(fig.data[1].y, [5.0 - 0.01 * i for i in range(5)])  # run "a", train loss mean
+    failing = fake_panel(steps=5, fail_at=1)
+    with pytest.raises(RuntimeError, match="boom"):
+        failing.train()
+    assert "boom" in failing.error.value
+
+
+def test_refreshes_are_throttled():
+    seen = []
+    runner = Runner(on_update=lambda r: seen.append(time.perf_counter()), refresh_hz=5.0)
+    job = Job("a", steps=60, make_trainer=lambda: FakeTrainer(60, delay=0.01))
+    runner.start([job], blocking=True)
+    gaps = np.diff(seen[:-1])  # the last refresh (end of run) is unconditional
+    assert len(seen) >= 2 and np.all(gaps >= 0.2 - 1e-3)
+
+
+def test_store_replays_repeated_configuration(tmp_path):
+    from spanviz.store import ResultsStore
+
+    store = ResultsStore(tmp_path)
+    panel = widgets.LocalGlobalPanel(SMALL, train_cfg=TINY_TRAIN, data=FakeData(), store=store, probe_every=1,
+                                     static=False)
+    panel.controls["context"].value = 16
+    panel.controls["window"].value = 4
+    first = panel.train(blocking=True)
+    assert first.state == "done" and len(store.list()) == 2
+    hist = panel.training.histories
+    assert set(hist) == {"MHSA", "LS (1 local, p=4)"}
+    assert len(hist["MHSA"]["step"]) == TINY_TRAIN.steps
+    assert len(panel.views["train/max_logit"].figure.data) == 2 * SMALL.n_layer
+    t0 = time.perf_counter()
+    second = panel.train(blocking=True)
+    assert time.perf_counter() - t0 < 1.0
+    assert panel.training.replayed == ["MHSA", "LS (1 local, p=4)"] and second.progress == (0, 0)
+    assert panel.training.histories["MHSA"]["train_loss"] == hist["MHSA"]["train_loss"]
+
+
+def test_spans_and_fp8_panels_train_with_real_trainer():
+    sp = widgets.SpansPanel(SMALL, train_cfg=TINY_TRAIN, data=FakeData(), store=None, probe_every=1, static=False)
+    sp.controls["alpha1"].value = 1.0
+    runner = sp.train(blocking=True)
+    assert runner.state == "done"
+    hist = sp.training.histories
+    assert list(hist) == ["standard", "kv8 [1 1 0 0]"]
+    energy = sp.views["train/energy"].figure
+    assert len(energy.data) == 4 and len(energy.data[0].x) == TINY_TRAIN.steps
+
+    fp = widgets.FP8Panel(SMALL, train_cfg=TINY_TRAIN, data=FakeData(), store=None, static=False)
+    fp.controls["rank"].value = 4
+    fp.controls["spike_step"].value = 1
+    assert fp.train(blocking=True).state == "done"
+    (label,) = fp.training.histories
+    assert label == "rank 4"
+    fig = fp.views["train/fp8"].figure
+    names = [t.name for t in fig.data]
+    assert "observed max |S|" in names and "overflows: delayed" in names
+    assert len(fig.data[0].x) == TINY_TRAIN.steps
+
+
+def test_append_rows_backfills_new_keys_and_job_validation():
+    h: dict = {}
+    append_rows(h, [{"step": 0, "train_loss": 5.0}, {"step": 1, "train_loss": 4.0, "logits/max": 2.0}])
+    assert h == {"step": [0, 1], "train_loss": [5.0, 4.0], "logits/max": [None, 2.0]}
+    with pytest.raises(ValueError, match="exactly one"):
+        Job("a", steps=3)
+    with pytest.raises(ValueError, match="steps"):
+        Job("a", steps=0, make_trainer=lambda: FakeTrainer(1))
+    runner = Runner()
+    runner.start([Job("a", steps=1000, make_trainer=lambda: FakeTrainer(1000, delay=0.01))], blocking=False)
+    with pytest.raises(RuntimeError, match="already in progress"):
+        runner.start([Job("b", steps=1, make_trainer=lambda: FakeTrainer(1))], blocking=False)
+    assert runner.stop(timeout=1.0)
