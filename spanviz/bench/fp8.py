@@ -1,0 +1,108 @@
+"""FP8 benchmark: cost of recomputing the spectral norms σ^(ℓ) after every optimizer step.
+
+The geometry-aware scale (arXiv 2602.18851) needs σ^(ℓ) = max_h ‖W̃^Q_h W̃^K_hᵀ‖₂ of every layer after each
+update. Measured here, as a percentage of one training step (forward, backward, AdamW) of the notebook
+config (d_model 128, 2 layers, 4 heads, T 128, batch 16, vocab 8192), in one run with interleaved calls
+(see :func:`spanviz.bench.core.interleaved_medians`):
+
+* ``exact``: fold LayerNorm gain/bias and q/k biases into the weights, then the thin-QR core method for
+  all heads of all layers (target <= 2 %);
+* ``power_step``: fold, then one warm-started implicit power iteration for all layers (target <= 0.5 %);
+  ``power_step_prefolded``: the iteration alone, on weights folded beforehand.
+
+Benchmarks, not tests: numbers depend on the machine and its load (a shared machine is noisy; medians of
+interleaved calls damp but do not remove that).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from spanviz import fp8
+from spanviz.bench.core import NOTEBOOK_BATCH, NOTEBOOK_CONFIG, interleaved_medians, make_train_step
+from spanviz.model import GPTConfig, TinyGPT
+
+
+def bench_fp8(device: str = "cpu", repeats: int = 30, seed: int = 0, threads: int | None = None) -> dict:
+    """Spectral-norm cost as % of a train step on the notebook config.
+
+    Args:
+        device: torch device string ("cpu", "cuda", ...). repeats: interleaved measurements per closure, >= 1.
+        seed: for weights and the random token batch.
+        threads: CPU threads for the whole measurement (``torch.set_num_threads``, restored afterwards);
+            None = as set. On an oversubscribed machine small linear algebra with 2+ threads can be
+            10–20× slower than with 1 (thread synchronisation), so compare both.
+    Returns:
+        dict: ``config``, ``device``, ``torch_threads``, ``train_step_ms``, ``exact_ms``, ``power_step_ms``,
+        ``power_step_prefolded_ms``, ``exact_pct``, ``power_step_pct``, ``power_step_prefolded_pct``
+        (percent of ``train_step_ms``), ``targets``, ``power_step_ratio`` (warm 1-step estimate over the
+        exact σ, min over layers, after the timing loop — ≈ 1 once warm, always <= 1).
+    Raises:
+        ValueError: repeats < 1 or an unknown device.
+    """
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be None or an integer >= 1, got {threads!r}")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device must be a torch device string like 'cpu' or 'cuda', got {device!r}") from exc
+    previous = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        return _bench(dev, repeats, seed)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _bench(dev: torch.device, repeats: int, seed: int) -> dict:
+    cfg = GPTConfig(**NOTEBOOK_CONFIG)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, cfg.vocab_size, (NOTEBOOK_BATCH, cfg.context_length), generator=g).to(dev)
+    y = torch.roll(x, -1, dims=1)
+    torch.manual_seed(seed)
+    model = TinyGPT(cfg).to(dev)
+    blocks = list(model.blocks)
+    iterations = [fp8.PowerIteration(n_iter=1, seed=i) for i in range(len(blocks))]
+    prefolded = [fp8.fold_qk(b) for b in blocks]
+    iterations_prefolded = [fp8.PowerIteration(n_iter=1, seed=i) for i in range(len(blocks))]
+
+    def exact() -> None:
+        for b in blocks:
+            fp8.layer_sigma(b)
+
+    def power_step() -> None:
+        for b, pi in zip(blocks, iterations):
+            f = fp8.fold_qk(b)
+            pi(f.W_Q, f.W_K).max()
+
+    def power_step_prefolded() -> None:
+        for f, pi in zip(prefolded, iterations_prefolded):
+            pi(f.W_Q, f.W_K).max()
+
+    med = interleaved_medians(
+        {"train_step": make_train_step(model, x, y), "exact": exact, "power_step": power_step,
+         "power_step_prefolded": power_step_prefolded},
+        repeats, device=dev,
+    )  # fmt: skip
+    ratio = min(
+        float((pi(f.W_Q, f.W_K) / fp8.spectral_norms_exact(f.W_Q, f.W_K)).min())
+        for pi, f in zip(iterations, (fp8.fold_qk(b) for b in blocks))
+    )
+    step = med["train_step"]
+    return {
+        "config": {**NOTEBOOK_CONFIG, "batch_size": NOTEBOOK_BATCH},
+        "device": str(dev),
+        "torch_threads": torch.get_num_threads(),
+        "train_step_ms": 1e3 * step,
+        "exact_ms": 1e3 * med["exact"],
+        "power_step_ms": 1e3 * med["power_step"],
+        "power_step_prefolded_ms": 1e3 * med["power_step_prefolded"],
+        "exact_pct": 100 * med["exact"] / step,
+        "power_step_pct": 100 * med["power_step"] / step,
+        "power_step_prefolded_pct": 100 * med["power_step_prefolded"] / step,
+        "power_step_ratio": ratio,
+        "targets": {"exact_pct": "<= 2", "power_step_pct": "<= 0.5"},
+    }

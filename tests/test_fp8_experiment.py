@@ -1,0 +1,102 @@
+"""Smoke tests for the FP8 transients experiment and the WeightSwap callback (tiny models, few steps)."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from spanviz.experiments import fp8 as exp
+from spanviz.model import GPTConfig
+from spanviz.train import Trainer, TrainConfig, lr_at
+
+TINY_MODEL = dict(context_length=16, n_layer=1, n_head=2, d_model=32)
+TINY_TRAIN = dict(batch_size=2, warmup_steps=0, eval_iters=1)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models train fastest single-threaded on a shared, oversubscribed machine; restore afterwards."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture
+def synthetic():
+    g = torch.Generator().manual_seed(0)
+    return SimpleNamespace(
+        train_ids=torch.randint(0, 64, (2000,), generator=g),
+        eval_ids=torch.randint(0, 64, (500,), generator=g),
+        vocab_size=64,
+        describe=lambda: {"source": "synthetic"},
+    )
+
+
+def test_weight_swap_overflows_delayed_scaling_only(synthetic):
+    res = exp.fp8_transients(
+        "weight_swap", steps=8, at_step=3, seeds=(0,), data=synthetic, scale_wq=8.0,
+        model=TINY_MODEL, train=TINY_TRAIN, window=2,
+    )  # fmt: skip
+    json.dumps(res)
+    assert res["event_step"] == 4  # first update on the swapped weights
+    summary = {row["strategy"]: row for row in res["summary"]}
+    assert set(summary) == {"delayed", "theory", "deterministic", "calibrated"}
+    assert summary["delayed"]["overflow_during"] > 0
+    assert all(summary["deterministic"][k] == 0 for k in ("overflow_before", "overflow_during", "overflow_after"))
+    history = res["runs"][0]["history"]
+    assert history["step"] == list(range(8))
+    amax = history["fp8/L0/max_abs_logit"]
+    assert amax[4] > 4 * amax[3]  # logits jumped by ≈ scale_wq
+    assert history["fp8/L0/overflow/delayed"][4] > 0 and history["fp8/L0/overflow/deterministic"][4] == 0
+    assert "overflow_before" in exp.format_summary(res)
+
+
+def test_weight_swap_loads_checkpoint_weights(synthetic, tmp_path):
+    cfg = GPTConfig(vocab_size=64, **TINY_MODEL)
+    donor = Trainer(cfg, TrainConfig(steps=2, seed=1, device="cpu", **TINY_TRAIN), synthetic)
+    donor.step(2)
+    path = donor.save_checkpoint(tmp_path / "donor.pt")
+    swap = exp.WeightSwap(at_step=0, checkpoint_path=path)
+    trainer = Trainer(cfg, TrainConfig(steps=3, seed=0, device="cpu", **TINY_TRAIN), synthetic, callbacks=[swap])
+    trainer.step(1)
+    assert swap.applied_at == 0
+    for name, p in donor.model.state_dict().items():
+        torch.testing.assert_close(trainer.model.state_dict()[name], p, rtol=0, atol=0)
+    trainer.step(1)  # fires once only
+    assert not torch.equal(trainer.model.blocks[0].attn.W_Q.weight, donor.model.blocks[0].attn.W_Q.weight)
+
+
+def test_lr_spike_on_wikitext(wikitext_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPANVIZ_HOME", str(tmp_path))
+    res = exp.fp8_transients(
+        "lr_spike", steps=6, at_step=2, lr_spike_factor=20.0, lr_spike_steps=2, seeds=(0,),
+        data_dir=wikitext_dir, max_vocab=512, model=TINY_MODEL, train=TINY_TRAIN,
+    )  # fmt: skip
+    assert res["data"]["splits"] == {"train": "validation", "eval": "test"}
+    assert res["train"]["lr_spike_factor"] == 20.0 and res["train"]["lr_spike_start"] == 2
+    plain = TrainConfig(**{k: v for k, v in res["train"].items() if not k.startswith("lr_spike")})
+    expected = [lr_at(s, plain) * (20.0 if s in (2, 3) else 1.0) for s in range(6)]
+    assert res["runs"][0]["history"]["lr"] == pytest.approx(expected)
+    summary = {row["strategy"]: row for row in res["summary"]}
+    assert summary["deterministic"]["steps_with_overflow"] == 0
+
+
+def test_argument_errors(synthetic):
+    for kwargs, field in [
+        (dict(scenario="bogus"), "scenario"), (dict(steps=1), "steps"), (dict(at_step=7), "at_step"),
+        (dict(seeds=()), "seeds"), (dict(window=0), "window"), (dict(delta=2.0), "delta"),
+    ]:  # fmt: skip
+        with pytest.raises(ValueError, match=field):
+            exp.fp8_transients(**{"steps": 8, "data": synthetic, **kwargs})
+    with pytest.raises(ValueError, match="exactly one"):
+        exp.WeightSwap(at_step=1)
+    with pytest.raises(ValueError, match="exactly one"):
+        exp.WeightSwap(at_step=1, checkpoint_path="x.pt", scale_wq=2.0)
+    with pytest.raises(ValueError, match="scale_wq"):
+        exp.WeightSwap(at_step=1, scale_wq=0.0)
+    with pytest.raises(ValueError, match="at_step"):
+        exp.WeightSwap(at_step=-1, scale_wq=2.0)
