@@ -1,0 +1,182 @@
+"""Benchmark: LS-attention (local + global heads) over dense causal attention, at the attention-op level.
+
+One run, one random (q, k, v) of the paper's shape — 6 heads × d_head 32, 5 local (window p = 50) + 1
+global, T = 2048 — timed through every backend with the calls interleaved (ABC ABC ...) so drifts of a
+shared machine hit all alike; medians compared. Cases:
+
+* ``dense_causal_sdpa`` — the baseline: ``scaled_dot_product_attention(..., is_causal=True)``;
+* ``ls_sdpa`` — SDPA with the LS boolean mask (dense mask: no work is skipped);
+* ``ls_explicit`` — explicit scores + mask + softmax (what the probes use);
+* CUDA only (d_head >= 16): ``ls_flex`` — compiled FlexAttention with the cached LS block mask (skips empty 128×128
+  blocks: the path that can be faster), and ``dense_causal_flex`` — the same kernel with a causal block
+  mask, so the LS speed-up can also be read within one kernel.
+
+Each case is timed forward only (``torch.no_grad``) and forward + backward (gradients w.r.t. q, k, v).
+Also reported, exact and machine-independent: the share of allowed (query, key) pairs and of non-empty
+128×128 blocks of the LS mask relative to the causal mask — the work a block-sparse kernel can skip.
+Nothing here asserts a time. Source: the latency claim of arXiv 2505.15548; spanviz's measurement.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from spanviz import local_global
+from spanviz.bench.core import interleaved_medians
+
+PAPER_SHAPE = dict(T=2048, n_head=6, d_head=32, n_local=5, window=50)
+BLOCK = 128  # FlexAttention's default block size
+CAVEAT = (
+    "Timings are medians of interleaved repeats on a possibly shared machine; compare ratios within this "
+    "run only. Dense-mask backends (sdpa, explicit) skip no work, so they cannot be faster than dense causal "
+    "attention; only the block-sparse FlexAttention path (CUDA) can."
+)
+
+
+def _check_int(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def mask_shares(T: int, n_head: int, n_local: int, window: int, block: int = BLOCK) -> dict[str, float]:
+    """Work of the LS mask relative to the causal mask: allowed pairs and non-empty block×block tiles.
+
+    Returns:
+        ``{"pairs": allowed LS pairs / causal pairs, "blocks": non-empty LS tiles / non-empty causal tiles}``,
+        both in (0, 1]; 1 / ``blocks`` bounds the speed-up of a block-sparse kernel.
+    Raises:
+        ValueError: as :func:`spanviz.local_global.head_mask_mod` / :func:`~spanviz.local_global.dense_mask`.
+    """
+    ls = local_global.dense_mask(local_global.head_mask_mod(n_local, window), n_head, T)
+    causal = local_global.dense_mask(local_global.head_mask_mod(0), n_head, T)
+    nb = math.ceil(T / block)
+    pad = nb * block - T
+
+    def tiles(mask: torch.Tensor) -> int:
+        padded = F.pad(mask, (0, pad, 0, pad))  # (H, nb·block, nb·block), False in the padding
+        return int(padded.view(n_head, nb, block, nb, block).any(dim=(2, 4)).sum())
+
+    return {"pairs": float(ls.sum() / causal.sum()), "blocks": tiles(ls) / tiles(causal)}
+
+
+def bench_ls(
+    device: str = "auto",
+    quick: bool = False,
+    *,
+    T: int = PAPER_SHAPE["T"],
+    n_head: int = PAPER_SHAPE["n_head"],
+    d_head: int = PAPER_SHAPE["d_head"],
+    n_local: int = PAPER_SHAPE["n_local"],
+    window: int = PAPER_SHAPE["window"],
+    batch: int = 1,
+    repeats: int | None = None,
+    warmup: int = 2,
+    dtype: str = "auto",
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Forward and forward+backward time of LS-attention backends over dense causal SDPA, in one run.
+
+    Args:
+        device: "auto" (cuda if available, else cpu), "cpu", "cuda", "cuda:<i>".
+        quick: fewer repeats (3 instead of 10) — for smoke runs.
+        T: context length; n_head, d_head: heads and head width; n_local, window: LS split and window p
+            (defaults: the paper's 6 × 32, 5 local + 1 global, p = 50, T = 2048). batch: B (default 1, so a
+            CPU run takes seconds).
+        repeats: timed calls per case and pass (>= 1; default 10, or 3 with ``quick``). warmup: untimed
+            calls first (>= 1 on CUDA: the first flex call compiles).
+        dtype: "auto" (bfloat16 on CUDA, float32 on CPU), "float32" or "bfloat16".
+        seed: for q, k, v.
+    Returns:
+        dict with ``config``, ``device``, ``dtype``, ``threads``, ``cases`` (names), ``ms``
+        {case: {"forward": median ms, "forward_backward": median ms}}, ``ratio_vs_dense``
+        {case: {"forward": t_case / t_dense_causal_sdpa, "forward_backward": ...}} (< 1 = faster),
+        on CUDA ``flex_ratio_same_kernel`` (ls_flex over dense_causal_flex), ``mask_shares`` (see
+        :func:`mask_shares`) and ``caveat``.
+    Raises:
+        ValueError: bad sizes, an unknown dtype, or device "cuda" without CUDA.
+    Source: arXiv 2505.15548's latency comparison, measured at the attention-op level by spanviz.
+    """
+    for name, value, low in (("T", T, 1), ("n_head", n_head, 1), ("d_head", d_head, 1), ("batch", batch, 1),
+                             ("window", window, 1), ("warmup", warmup, 0), ("seed", seed, 0)):  # fmt: skip
+        _check_int(name, value, low)
+    _check_int("n_local", n_local, 0)
+    if n_local > n_head:
+        raise ValueError(f"n_local must be in [0, n_head={n_head}], got {n_local}")
+    repeats = (3 if quick else 10) if repeats is None else _check_int("repeats", repeats, 1)
+    if dtype not in ("auto", "float32", "bfloat16"):
+        raise ValueError(f"dtype must be 'auto', 'float32' or 'bfloat16', got {dtype!r}")
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} but CUDA is not available here; use device='cpu' or 'auto'")
+    on_cuda = dev.type == "cuda"
+    if dtype == "auto":
+        dtype = "bfloat16" if on_cuda else "float32"
+    torch_dtype = getattr(torch, dtype)
+
+    ls_mod = local_global.head_mask_mod(n_local, window)
+    causal_mod = local_global.head_mask_mod(0)
+    cases: dict[str, Callable[..., torch.Tensor]] = {
+        "dense_causal_sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        "ls_sdpa": lambda q, k, v: local_global.sdpa_attention(q, k, v, ls_mod),
+        "ls_explicit": lambda q, k, v: local_global.explicit_attention(q, k, v, ls_mod),
+    }
+    if on_cuda and local_global.flex_available() and d_head >= local_global.FLEX_MIN_D_HEAD:
+        cases["ls_flex"] = lambda q, k, v: local_global.flex_attention(q, k, v, ls_mod)
+        cases["dense_causal_flex"] = lambda q, k, v: local_global.flex_attention(q, k, v, causal_mod)
+
+    g = torch.Generator().manual_seed(seed)
+    shape = (batch, n_head, T, d_head)
+    q, k, v, grad_out = (torch.randn(shape, generator=g).to(dev, torch_dtype) for _ in range(4))
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+
+    def forward(fn: Callable[..., torch.Tensor]) -> Callable[[], None]:
+        def run() -> None:
+            with torch.no_grad():
+                fn(q, k, v)
+
+        return run
+
+    def forward_backward(fn: Callable[..., torch.Tensor]) -> Callable[[], None]:
+        def run() -> None:
+            for t in (q, k, v):
+                t.grad = None
+            fn(q, k, v).backward(grad_out)
+
+        return run
+
+    closures = {}
+    for name, fn in cases.items():
+        closures[(name, "forward")] = forward(fn)
+        closures[(name, "forward_backward")] = forward_backward(fn)
+    med = interleaved_medians(
+        {f"{n}/{p}": c for (n, p), c in closures.items()}, repeats, warmup=max(warmup, 1 if on_cuda else 0),
+        device=dev,
+    )
+    passes = ("forward", "forward_backward")
+    ms = {name: {p: 1e3 * med[f"{name}/{p}"] for p in passes} for name in cases}
+    ratio = {name: {p: ms[name][p] / ms["dense_causal_sdpa"][p] for p in passes} for name in cases}
+    out: dict[str, Any] = {
+        "config": dict(T=T, n_head=n_head, d_head=d_head, n_local=n_local, window=window, batch=batch,
+                       repeats=repeats, warmup=warmup),  # fmt: skip
+        "device": str(dev),
+        "device_name": torch.cuda.get_device_name(dev) if on_cuda else "cpu",
+        "dtype": dtype,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "cases": list(cases),
+        "ms": ms,
+        "ratio_vs_dense": ratio,
+        "mask_shares": mask_shares(T, n_head, n_local, window),
+        "caveat": CAVEAT,
+    }
+    if "ls_flex" in cases:
+        out["flex_ratio_same_kernel"] = {p: ms["ls_flex"][p] / ms["dense_causal_flex"][p] for p in passes}
+    return out
