@@ -87,8 +87,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     ls.add_argument("--window", type=int, default=None, help="p, keys a local head sees incl. itself")
     ls.add_argument("--qk-norm", action="store_true", help="normalise q and k per head (QK-norm)")
     sp = p.add_argument_group("span / violation gradient scaling (arXiv 2512.13033)")
-    sp.add_argument("--spans-preset", default=None, help="kv8 | qkv8 | qk4 (off when not given)")
-    sp.add_argument("--alphas", default="1111", help="α per order, e.g. 1000 or 1,0.5,0,0 (default 1111)")
+    sp.add_argument("--spans-preset", default=None,
+                    help="kv8 | qkv8 | qk4; span scaling is off unless this or --alphas is given")
+    sp.add_argument("--alphas", default=None, help="α per order, e.g. 1000 or 1,0.5,0,0 (default 1111)")
     sp.add_argument("--spans-layers", default=None, help="comma-separated layer indices (default: all)")
     fp = p.add_argument_group("rank-aware FP8 bounds (arXiv 2602.18851)")
     fp.add_argument("--qk-rank", type=int, default=None, help="constrain each head's W^Q W^Kᵀ to rank r")
@@ -104,7 +105,7 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--steps", type=int, default=300)
     g.add_argument("--batch-size", type=int, default=16)
     g.add_argument("--lr", type=float, default=3e-3)
-    g.add_argument("--warmup-steps", type=int, default=30)
+    g.add_argument("--warmup-steps", type=int, default=None, help="default: 10%% of --steps, at most 100")
     g.add_argument("--weight-decay", type=float, default=0.1)
     g.add_argument("--grad-clip", type=float, default=1.0)
     g.add_argument("--eval-interval", type=int, default=50)
@@ -120,13 +121,14 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
 
 
 def span_config_from_args(args: argparse.Namespace):
-    if args.spans_preset is None:
+    if args.spans_preset is None and args.alphas is None:
         return None
     from spanviz.spans import SpanConfig
 
     layers = None if args.spans_layers is None else tuple(int(s) for s in args.spans_layers.split(","))
-    alphas = args.alphas.split(",") if "," in args.alphas else args.alphas
-    return SpanConfig(alphas=alphas, preset=args.spans_preset, layers=layers)
+    alphas = args.alphas or "1111"
+    alphas = alphas.split(",") if "," in alphas else alphas
+    return SpanConfig(alphas=alphas, preset=args.spans_preset or "kv8", layers=layers)
 
 
 def configs_from_args(args: argparse.Namespace, vocab_size: int):
@@ -140,7 +142,8 @@ def configs_from_args(args: argparse.Namespace, vocab_size: int):
         attn_backend=args.attn_backend,
     )
     train_cfg = TrainConfig(
-        steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup_steps=args.warmup_steps,
+        steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+        warmup_steps=args.warmup_steps if args.warmup_steps is not None else min(100, max(args.steps, 0) // 10),
         weight_decay=args.weight_decay, grad_clip=args.grad_clip, eval_interval=args.eval_interval,
         eval_iters=args.eval_iters, seed=args.seed, device=args.device, dtype=args.dtype,
         lr_spike_factor=args.lr_spike_factor, lr_spike_start=args.lr_spike_start,

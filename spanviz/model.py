@@ -117,7 +117,10 @@ class GPTConfig:
         if self.qk_rank is not None:
             _check_int("qk_rank", self.qk_rank, 1, self.d_head)
         if isinstance(self.spans, Mapping):
-            object.__setattr__(self, "spans", spans.SpanConfig(**self.spans))
+            try:
+                object.__setattr__(self, "spans", spans.SpanConfig(**self.spans))
+            except (TypeError, ValueError) as exc:  # unknown key, or a bad value inside the dict
+                raise ValueError(f"spans: {exc}") from exc
         if self.spans is not None and not isinstance(self.spans, spans.SpanConfig):
             raise ValueError(f"spans must be a spanviz.spans.SpanConfig, a dict or None, got {self.spans!r}")
         if self.spans is not None:
@@ -316,8 +319,11 @@ class Attention(nn.Module):
     def _fused(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         T = q.size(-2)
         p = self.dropout if self.training else 0.0
+        if self.backend == "flex" and p > 0:
+            raise ValueError(f"attn_backend='flex' does not support dropout, got dropout={self.dropout}")
+        # FlexAttention pays off for local heads on CUDA; it has no dropout, so "auto" uses it only without.
         use_flex = self.backend == "flex" or (
-            self.backend == "auto" and not self.causal_only and q.is_cuda and local_global.flex_available()
+            self.backend == "auto" and not self.causal_only and p == 0 and local_global.flex_available(q)
         )
         if use_flex:
             return local_global.flex_attention(q, k, v, self.mask_mod)
