@@ -36,7 +36,6 @@ import json
 import logging
 import os
 import sys
-import tempfile
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -49,6 +48,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
+
+from spanviz.files import atomic_write
 
 logger = logging.getLogger(__name__)
 
@@ -782,21 +783,6 @@ def _sha256_lines(lines: Iterable[str]) -> str:
     return digest.hexdigest()
 
 
-def _atomic_write(path: Path, payload: bytes) -> None:
-    """Write ``payload`` to ``path`` so that readers see the old file or the new one, never a partial one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as temp:
-            temp.write(payload)
-            temp.flush()
-            os.fsync(temp.fileno())
-        os.replace(temp_name, path)
-    except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
-        raise
-
-
 def _write_cache(cache: Path, key: str, data: TokenData) -> None:
     buffer = io.BytesIO()
     torch.save({"train": data.train_ids, "eval": data.eval_ids}, buffer)
@@ -808,8 +794,8 @@ def _write_cache(cache: Path, key: str, data: TokenData) -> None:
         "tokenizer_state": data.tokenizer.to_dict(),
     }
     # The ids first, then the manifest: an entry only counts once its manifest exists.
-    _atomic_write(cache / f"{key}.pt", payload)
-    _atomic_write(cache / f"{key}.json", json.dumps(manifest).encode("utf-8"))
+    atomic_write(cache / f"{key}.pt", payload)
+    atomic_write(cache / f"{key}.json", json.dumps(manifest).encode("utf-8"))
     logger.info("cached token ids in %s", cache / f"{key}.pt")
 
 

@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from spanviz.data import spanviz_home
-from spanviz.train import RunRecord, atomic_write
+from spanviz.files import atomic_write
+from spanviz.train import RunRecord
 
 STORABLE = ("finished", "diverged")
 """Statuses :meth:`ResultsStore.put` accepts."""

@@ -33,7 +33,6 @@ import math
 import os
 import platform
 import signal
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -48,6 +47,7 @@ import torch
 from torch import Tensor
 
 from spanviz import data as data_lib
+from spanviz.files import atomic_write
 from spanviz.model import GPTConfig, TinyGPT
 
 logger = logging.getLogger(__name__)
@@ -374,27 +374,6 @@ def to_json_text(obj: Any) -> str:
         return json.dumps(_encode_nonfinite(obj), allow_nan=False)
     except TypeError as error:
         raise ValueError(f"not JSON-serialisable: {error}") from error
-
-
-def atomic_write(path: str | os.PathLike[str], payload: bytes) -> Path:
-    """Write ``payload`` to ``path`` via a temporary file in the same folder and ``os.replace``.
-
-    Readers see the old file or the new one, never a partial one; on any error the temporary file is removed
-    and the old file is left as it was. Creates the parent folder. Returns the path.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as temp:
-            temp.write(payload)
-            temp.flush()
-            os.fsync(temp.fileno())
-        os.replace(temp_name, path)
-    except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
-        raise
-    return path
 
 
 @dataclass

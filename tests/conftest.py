@@ -12,3 +12,33 @@ def wikitext_dir() -> Path:
     if not path.is_dir():
         pytest.skip(f"WikiText-2 offline copy not found at {path}")
     return path
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One intra-op thread per test: tiny models train fastest that way on a small, shared CPU.
+
+    Results do not depend on the thread count; the previous setting is restored afterwards.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def synthetic():
+    """A tiny random-token stand-in for :class:`spanviz.data.TokenData` (vocab 64, 2000/500 tokens)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    return SimpleNamespace(
+        train_ids=torch.randint(0, 64, (2000,), generator=g),
+        eval_ids=torch.randint(0, 64, (500,), generator=g),
+        vocab_size=64,
+        describe=lambda: {"source": "synthetic"},
+    )

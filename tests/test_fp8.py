@@ -14,14 +14,6 @@ from spanviz import fp8
 from spanviz.model import GPTConfig, TinyGPT
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small tensors are fastest single-threaded on a shared, oversubscribed machine; restore afterwards."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 def _sphere(n: int, d: int, gen: torch.Generator, dtype=torch.float64) -> torch.Tensor:
     x = torch.randn(n, d, generator=gen, dtype=dtype)

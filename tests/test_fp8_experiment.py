@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,24 +15,6 @@ TINY_MODEL = dict(context_length=16, n_layer=1, n_head=2, d_model=32)
 TINY_TRAIN = dict(batch_size=2, warmup_steps=0, eval_iters=1)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models train fastest single-threaded on a shared, oversubscribed machine; restore afterwards."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-@pytest.fixture
-def synthetic():
-    g = torch.Generator().manual_seed(0)
-    return SimpleNamespace(
-        train_ids=torch.randint(0, 64, (2000,), generator=g),
-        eval_ids=torch.randint(0, 64, (500,), generator=g),
-        vocab_size=64,
-        describe=lambda: {"source": "synthetic"},
-    )
 
 
 def test_weight_swap_overflows_delayed_scaling_only(synthetic):

@@ -16,14 +16,6 @@ from spanviz import local_global as lg
 from spanviz.model import GPTConfig, TinyGPT
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """These tensors are tiny: one intra-op thread is faster, and kind to a shared 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="FlexAttention backward needs CUDA")
 

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
-import torch
 
 from spanviz.bench.ls import bench_ls, mask_shares
 from spanviz.experiments import ls as exp
@@ -17,24 +15,6 @@ TINY = dict(model=dict(context_length=32, n_layer=1, n_head=4, d_model=32), wind
             train=dict(batch_size=2, eval_iters=1))  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models train fastest single-threaded on a shared, oversubscribed machine; restore afterwards."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-@pytest.fixture
-def synthetic():
-    g = torch.Generator().manual_seed(0)
-    return SimpleNamespace(
-        train_ids=torch.randint(0, 64, (2000,), generator=g),
-        eval_ids=torch.randint(0, 64, (500,), generator=g),
-        vocab_size=64,
-        describe=lambda: {"source": "synthetic"},
-    )
 
 
 def test_sweep_structure_on_synthetic_data(synthetic):

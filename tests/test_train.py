@@ -24,14 +24,6 @@ from spanviz.train import CORE_KEYS, RunRecord, TrainConfig, Trainer, lr_at, res
 _DATA: dict[int, object] = {}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: on a shared, oversubscribed CPU it is several times faster than two."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 @pytest.fixture
 def load_data(wikitext_dir, tmp_path_factory, monkeypatch):

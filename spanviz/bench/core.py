@@ -13,7 +13,6 @@ Benchmarks, not tests: every figure is a ratio or a rate measured within one run
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import subprocess
 import sys
