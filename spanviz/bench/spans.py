@@ -1,0 +1,121 @@
+"""Benchmark: what span / violation gradient scaling costs per training step.
+
+One run, one model architecture, one random batch; four variants trained side by side with their steps
+interleaved (ABCD ABCD ...) so drifts of a shared machine hit all alike; medians of the repeats compared:
+
+* ``standard_fused`` — ``spans=None``: the fused SDPA attention path (what plain training uses);
+* ``standard_explicit`` — ``attn_backend="explicit"``: the explicit T×T path without any transform;
+* ``kv8_1000`` — kv8 [1000] (score-gradient transform; forces the explicit path);
+* ``qk4_1000`` — qk4 [1000] (closed form as q/k gradient hooks; stays on the fused path).
+
+Targets (notebook config on CPU): kv8 [1000] / standard ≤ 1.5, qk4 [1000] / standard ≤ 1.15. The kv8 ratio
+is given over both standards: over the fused one (the honest cost of switching the technique on) and over
+the explicit one (the cost of the projections alone). Numbers on a shared machine are noisy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from spanviz.bench.core import (
+    NOTEBOOK_BATCH,
+    NOTEBOOK_CONFIG,
+    interleaved_medians,
+    make_train_step,
+)
+from spanviz.model import GPTConfig, TinyGPT
+from spanviz.spans import SpanConfig
+
+GPU_CONFIG = dict(vocab_size=8192, context_length=256, n_layer=4, n_head=4, d_model=256)
+GPU_BATCH = 32
+TARGETS = {"kv8_over_fused": 1.5, "qk4_over_fused": 1.15}
+
+
+def _variants(base: dict[str, Any]) -> dict[str, GPTConfig]:
+    return {
+        "standard_fused": GPTConfig(**base),
+        "standard_explicit": GPTConfig(**base, attn_backend="explicit"),
+        "kv8_1000": GPTConfig(**base, spans=SpanConfig(alphas="1000", preset="kv8")),
+        "qk4_1000": GPTConfig(**base, spans=SpanConfig(alphas="1000", preset="qk4")),
+    }
+
+
+def bench_spans(
+    device: str = "auto", repeats: int = 15, config: str = "auto", seed: int = 0, warmup: int = 3,
+    quick: bool = False, threads: int | None = None,
+) -> dict[str, Any]:
+    """Train-step times (median ms) of standard and span-scaled training, and their ratios.
+
+    Args:
+        device: "auto" (cuda if available, else cpu), "cpu", "cuda", ...
+        repeats: timed steps per variant (>= 1), interleaved across variants.
+        config: "notebook" (d_model 128, 2 layers, 4 heads, T 128, batch 16, vocab 8192), "gpu" (d_model 256,
+            4 layers, 4 heads, T 256, batch 32) or "auto" ("gpu" on CUDA, else "notebook").
+        seed: weights and batch.
+        warmup: untimed steps per variant first.
+        quick: at most 5 repeats and 1 warm-up step (noisier; for ``spanviz bench --quick``).
+        threads: CPU threads for the measurement (restored afterwards); None = torch's current setting.
+            On an oversubscribed machine 1 thread gives steadier ratios: with 2 threads every small
+            parallel operation may wait for a descheduled worker, which penalises the many small batched
+            operations of the transforms far more than the few large ones of the standard step.
+    Returns:
+        dict with ``config``, ``device``, ``threads``, ``step_ms`` {variant: median ms}, ``ratios``
+        {kv8_over_fused, kv8_over_explicit, explicit_over_fused, qk4_over_fused}, ``targets`` and
+        ``meets_targets`` {name: bool}. Full-precision (fp32) steps with AdamW.
+    Raises:
+        ValueError: bad repeats, warmup, threads or config.
+    Source: spanviz.
+    """
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
+    if config not in ("auto", "notebook", "gpu"):
+        raise ValueError(f"config must be 'auto', 'notebook' or 'gpu', got {config!r}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be None or an integer >= 1, got {threads!r}")
+    if quick:
+        repeats, warmup = min(repeats, 5), min(warmup, 1)
+    saved_threads = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        return _bench(device, repeats, config, seed, warmup)
+    finally:
+        torch.set_num_threads(saved_threads)
+
+
+def _bench(device: str, repeats: int, config: str, seed: int, warmup: int) -> dict[str, Any]:
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(device)
+    if config == "auto":
+        config = "gpu" if dev.type == "cuda" else "notebook"
+    base, batch_size = (GPU_CONFIG, GPU_BATCH) if config == "gpu" else (NOTEBOOK_CONFIG, NOTEBOOK_BATCH)
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, base["vocab_size"], (batch_size, base["context_length"]), generator=g).to(dev)
+    y = torch.roll(x, -1, dims=1)
+    steps = {}
+    for name, cfg in _variants(base).items():
+        torch.manual_seed(seed)  # same initial weights for every variant
+        steps[name] = make_train_step(TinyGPT(cfg).to(dev), x, y)
+    med = interleaved_medians(steps, repeats, warmup=warmup, device=dev)
+    ratios = {
+        "kv8_over_fused": med["kv8_1000"] / med["standard_fused"],
+        "kv8_over_explicit": med["kv8_1000"] / med["standard_explicit"],
+        "explicit_over_fused": med["standard_explicit"] / med["standard_fused"],
+        "qk4_over_fused": med["qk4_1000"] / med["standard_fused"],
+    }
+    return {
+        "config": {**base, "batch_size": batch_size, "name": config},
+        "device": str(dev),
+        "threads": torch.get_num_threads(),
+        "repeats": repeats,
+        "step_ms": {name: 1e3 * t for name, t in med.items()},
+        "ratios": ratios,
+        "targets": dict(TARGETS),
+        "meets_targets": {name: ratios[name] <= target for name, target in TARGETS.items()},
+    }

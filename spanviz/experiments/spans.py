@@ -1,0 +1,253 @@
+"""Span / violation gradient scaling experiment (arXiv 2512.13033): does scaling the score gradient help?
+
+The paper's protocol, as far as known (see ``techniques/spans.md``): WikiText-2, a small GPT, best validation
+loss; standard training vs [1111] (the noise floor of the hooks) vs [1110], [1100], [1000]; a head sweep
+4 / 8 / 16 heads at d_model 256 (d_head 64 / 32 / 16: gains reported only for d_head >= 64); a single-head
+single-layer control (reported: no difference); >= 3 seeds. The paper reports [1000] 0.56 % below standard
+(best val loss 5.4857) and [1111] within 0.14 % of standard.
+
+spanviz runs three groups of variants, all with the ``kv8`` decomposition (spanviz's reconstruction):
+
+* ``alphas``: "standard" (``spans=None``, fused attention), "[1111]", "[1110]", "[1100]", "[1000]";
+* ``heads``: standard vs [1000] for each head count at a fixed d_model (the main config's head count
+  reuses the ``alphas`` runs);
+* ``control``: standard vs [1000] with one head and one layer.
+
+Sizes: ``"cpu"`` (the default; minutes on 2 cores: d_model 64, 2 layers, T 128 > d_head, 200 steps, heads
+1 / 2 / 4 so d_head = 64 / 32 / 16 as in the paper) and ``"paper"`` (for a GPU: d_model 256, 4 layers, T 256,
+heads 4 / 8 / 16). Offline (``data_dir`` given, e.g. the shared WikiText-2 copy) training uses the
+validation split and evaluation the test split — the run records say so. Every row reports mean ± std of
+the best validation loss over seeds, the relative change against that group's standard run, and a plain
+verdict from :func:`spanviz.experiments.core.summarize` on whether the difference exceeds the seed spread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from spanviz.experiments.core import run_grid, summarize
+from spanviz.model import GPTConfig
+from spanviz.spans import SpanConfig
+from spanviz.train import TrainConfig
+
+logger = logging.getLogger(__name__)
+
+SIZES = ("cpu", "paper")
+GROUPS = ("alphas", "heads", "control")
+ALPHA_SETTINGS = ("1111", "1110", "1100", "1000")
+"""The paper's brackets; "standard" (no hooks) is the baseline."""
+HEADLINE = "1000"
+"""The setting compared in the head sweep and the control."""
+
+SIZE_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
+    "cpu": {
+        "model": dict(context_length=128, n_layer=2, n_head=2, d_model=64, dropout=0.0),
+        "train": dict(steps=200, batch_size=8, lr=2e-3, warmup_steps=20, eval_interval=50, eval_iters=8),
+        "head_counts": (1, 2, 4),
+    },
+    "paper": {
+        "model": dict(context_length=256, n_layer=4, n_head=4, d_model=256, dropout=0.1),
+        "train": dict(steps=5000, batch_size=32, lr=1e-3, warmup_steps=200, eval_interval=250, eval_iters=20),
+        "head_counts": (4, 8, 16),
+    },
+}
+"""Per size: GPTConfig fields (``vocab_size`` comes from the data), TrainConfig fields, head sweep. spanviz's
+choices — the paper's exact hyper-parameters are not known here."""
+
+
+def _label(alphas: str) -> str:
+    return f"[{alphas}]"
+
+
+def _name(group_prefix: str, what: str) -> str:
+    return what if not group_prefix else f"{group_prefix}/{what}"
+
+
+def _load_data(data_dir: str | os.PathLike[str] | None, max_vocab: int | None) -> Any:
+    from spanviz import data as data_lib
+
+    splits = data_lib.OFFLINE_SPLITS if data_dir is not None else None
+    return data_lib.prepare_tokens(data_dir, splits=splits, max_vocab=max_vocab)
+
+
+def build_variants(
+    size: str = "cpu",
+    *,
+    vocab_size: int,
+    steps: int | None = None,
+    groups: Sequence[str] = GROUPS,
+    head_counts: Sequence[int] | None = None,
+    model: Mapping[str, Any] | None = None,
+    train: Mapping[str, Any] | None = None,
+    device: str = "auto",
+) -> tuple[dict[str, tuple[GPTConfig, TrainConfig]], list[dict[str, Any]]]:
+    """The variants of :func:`spans_sweep` and the comparisons to summarize (no training).
+
+    Returns:
+        (variants name → (GPTConfig, TrainConfig), comparisons), where each comparison is a dict with
+        ``group``, ``baseline`` (variant name), ``variants`` (names, baseline first) and ``info`` (JSON-able
+        columns for the rows: n_head, d_head, n_layer, d_model).
+    Raises:
+        ValueError: bad size, groups, steps or head counts (e.g. not dividing d_model), or as raised by
+        GPTConfig / TrainConfig.
+    Source: spanviz's rendering of the paper's protocol.
+    """
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {SIZES}, got {size!r}")
+    groups = tuple(groups)
+    if not groups or any(g not in GROUPS for g in groups):
+        raise ValueError(f"groups must be a non-empty selection of {GROUPS}, got {groups!r}")
+    defaults = SIZE_DEFAULTS[size]
+    train_kw = {**defaults["train"], **(train or {}), "device": device}
+    if steps is not None:
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+        train_kw.update(steps=steps, eval_interval=max(1, steps // 4),
+                        warmup_steps=min(train_kw["warmup_steps"], steps // 10))  # fmt: skip
+    train_cfg = TrainConfig(**train_kw)
+    base = GPTConfig(**{**defaults["model"], "vocab_size": vocab_size, **(model or {})})
+    head_counts = tuple(defaults["head_counts"] if head_counts is None else head_counts)
+    for h in head_counts:
+        if isinstance(h, bool) or not isinstance(h, int) or h < 1 or base.d_model % h:
+            raise ValueError(f"head_counts must be integers >= 1 dividing d_model={base.d_model}, got {head_counts}")
+
+    def scaled(cfg: GPTConfig, alphas: str) -> GPTConfig:
+        return replace(cfg, spans=SpanConfig(alphas=alphas, preset="kv8"))
+
+    def info(cfg: GPTConfig) -> dict[str, Any]:
+        return {"n_head": cfg.n_head, "d_head": cfg.d_head, "n_layer": cfg.n_layer, "d_model": cfg.d_model}
+
+    variants: dict[str, tuple[GPTConfig, TrainConfig]] = {}
+    comparisons: list[dict[str, Any]] = []
+    main_pair = ["standard", _label(HEADLINE)]
+    if "alphas" in groups:
+        variants["standard"] = (base, train_cfg)
+        for a in ALPHA_SETTINGS:
+            variants[_label(a)] = (scaled(base, a), train_cfg)
+        names = ["standard"] + [_label(a) for a in ALPHA_SETTINGS]
+        comparisons.append({"group": "alphas", "baseline": "standard", "variants": names, "info": info(base)})
+    if "heads" in groups:
+        for h in head_counts:
+            cfg = replace(base, n_head=h)
+            if h == base.n_head and "alphas" in groups:
+                names = main_pair  # the alphas group already trains these
+            else:
+                names = [_name(f"heads={h}", "standard"), _name(f"heads={h}", _label(HEADLINE))]
+                variants[names[0]] = (cfg, train_cfg)
+                variants[names[1]] = (scaled(cfg, HEADLINE), train_cfg)
+            comparisons.append({"group": "heads", "baseline": names[0], "variants": names, "info": info(cfg)})
+    if "control" in groups:
+        cfg = replace(base, n_head=1, n_layer=1)
+        names = [_name("control", "standard"), _name("control", _label(HEADLINE))]
+        variants[names[0]] = (cfg, train_cfg)
+        variants[names[1]] = (scaled(cfg, HEADLINE), train_cfg)
+        comparisons.append({"group": "control", "baseline": names[0], "variants": names, "info": info(cfg)})
+    return variants, comparisons
+
+
+def spans_sweep(
+    size: str = "cpu",
+    seeds: int | Sequence[int] = 3,
+    steps: int | None = None,
+    data: Any = None,
+    store: Any = None,
+    progress: Callable[[int, int, str], None] | None = None,
+    *,
+    groups: Sequence[str] = GROUPS,
+    head_counts: Sequence[int] | None = None,
+    model: Mapping[str, Any] | None = None,
+    train: Mapping[str, Any] | None = None,
+    device: str = "auto",
+    data_dir: str | os.PathLike[str] | None = None,
+    max_vocab: int | None = 8192,
+) -> dict[str, Any]:
+    """Train the span-scaling comparison (standard vs α brackets, head sweep, control) × seeds; summarize.
+
+    Args:
+        size: "cpu" or "paper" (see :data:`SIZE_DEFAULTS`).
+        seeds: a count n (seeds 0..n−1) or a list of distinct seeds >= 0.
+        steps: override the size's step count (eval_interval becomes steps // 4).
+        data: a :class:`spanviz.data.TokenData`; None loads WikiText-2 (``data_dir`` given: offline, train on
+            validation, evaluate on test; else ``$SPANVIZ_WIKITEXT_DIR`` / the hub) with ``max_vocab``.
+        store: a :class:`spanviz.store.ResultsStore` to replay / keep runs; None trains everything.
+        progress: ``fn(done, total, label)`` after each run.
+        groups: any of "alphas", "heads", "control".
+        head_counts: the head sweep (default per size); each must divide d_model.
+        model, train: GPTConfig / TrainConfig field overrides of the size's defaults.
+        device: TrainConfig device ("auto", "cpu", "cuda", ...).
+    Returns:
+        ``{"rows": [...], "runs": [...], "verdict": str, "settings": {...}, "data": data.describe()}``.
+        ``rows``: one per (comparison, variant), :func:`~spanviz.experiments.core.summarize` columns
+        (variant, metric = best_val_loss, n, n_diverged, mean, std, min, max, rel_change_pct, verdict) plus
+        group, n_head, d_head, n_layer, d_model. ``runs``: one per run (variant, seed, status, best_val_loss).
+        ``verdict``: one sentence on [1000] vs standard and the [1111] noise floor (alphas group).
+    Raises:
+        ValueError: bad arguments, before any training.
+    Source: the paper's protocol as known; sizes and hyper-parameters are spanviz's.
+    """
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        if seeds < 1:
+            raise ValueError(f"seeds must be a count >= 1 or a list of seeds, got {seeds}")
+        seeds = list(range(seeds))
+    seeds = list(seeds)
+    if not seeds or len(set(seeds)) != len(seeds) or any(
+        isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds
+    ):
+        raise ValueError(f"seeds must be a count >= 1 or a non-empty list of distinct integers >= 0, got {seeds}")
+    vocab_probe = 8  # validate the configs before loading data (vocab_size is replaced below)
+    build_variants(size, vocab_size=vocab_probe, steps=steps, groups=groups, head_counts=head_counts,
+                   model=model, train=train, device=device)  # fmt: skip
+    if data is None:
+        data = _load_data(data_dir, max_vocab)
+    variants, comparisons = build_variants(
+        size, vocab_size=data.vocab_size, steps=steps, groups=groups, head_counts=head_counts, model=model,
+        train=train, device=device,
+    )
+    records = run_grid(variants, seeds, data, store=store, progress=progress,
+                       tags={"experiment": "spans", "size": size})  # fmt: skip
+
+    rows = []
+    for comp in comparisons:
+        subset = [r for r in records if r.config.get("variant") in comp["variants"]]
+        if not any(r.config["variant"] == comp["baseline"] for r in subset):
+            continue  # the grid ended early (a stopped run)
+        for row in summarize(subset, metric="best_val_loss", baseline=comp["baseline"]):
+            rows.append({"group": comp["group"], **row, **comp["info"]})
+    runs = [
+        {
+            "variant": r.config.get("variant"),
+            "seed": r.config.get("seed"),
+            "status": r.status,
+            "best_val_loss": r.best_val_loss,
+        }
+        for r in records
+    ]
+    return {
+        "rows": rows,
+        "runs": runs,
+        "verdict": _overall_verdict(rows),
+        "settings": {
+            "size": size,
+            "seeds": seeds,
+            "steps": next(iter(variants.values()))[1].steps,
+            "groups": list(groups),
+            "preset": "kv8",
+        },
+        "data": data.describe(),
+    }
+
+
+def _overall_verdict(rows: Sequence[Mapping[str, Any]]) -> str:
+    """A sentence from the alphas group: [1000] vs standard, with [1111] as the noise floor."""
+    by_variant = {r["variant"]: r for r in rows if r["group"] == "alphas"}
+    headline, floor = by_variant.get(_label(HEADLINE)), by_variant.get(_label("1111"))
+    if headline is None or headline.get("rel_change_pct") is None:
+        return ""
+    text = f"{_label(HEADLINE)} vs standard: {headline['rel_change_pct']:+.2f} % best val loss ({headline['verdict']})"
+    if floor is not None and floor.get("rel_change_pct") is not None:
+        text += f"; [1111] vs standard (noise floor of the hooks): {floor['rel_change_pct']:+.3f} %"
+    return text + ". Paper: [1000] −0.56 %, [1111] ~0.14 %."

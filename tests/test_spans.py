@@ -1,0 +1,576 @@
+"""Tests for spanviz.spans: the five invariants of the technique, a float64 reference, naming, diagnostics.
+
+The reference below is deliberately naive: explicit T×T projectors Π = X X⁺ (the orthogonal projector onto
+the column span of X) multiplied out block by block in float64. The library never forms T×T projectors.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spanviz import spans
+from spanviz.model import GPTConfig, TinyGPT
+from spanviz.spans import SpanConfig
+
+
+TINY = dict(vocab_size=50, context_length=32, n_layer=2, n_head=2, d_model=16)  # d_head 8 < T 32
+PAPER_BRACKETS = ("1111", "1110", "1100", "1000")
+
+
+# ------------------------------------------------------------------------------------ reference
+
+def ref_projector(X: torch.Tensor) -> torch.Tensor:
+    """Explicit T×T orthogonal projector onto the column span of X (..., T, d), float64."""
+    X = X.double()
+    return X @ torch.linalg.pinv(X)
+
+
+def ref_block(dS, q, k, v, slots, bits):
+    """Π_1^{a1} Π_2^{a2} ... · dS · ... R_2 R_1 with explicit matrices (first slot on each side outermost)."""
+    T = dS.shape[-1]
+    eye = torch.eye(T, dtype=torch.float64)
+    bases = {"Q": q, "K": k, "V": v}
+    left, right = eye, eye
+    for (side, basis), bit in zip(slots, bits):
+        P = ref_projector(bases[basis])
+        F = eye - P if bit else P
+        if side == "left":
+            left = left @ F  # later left slots sit further inside
+        else:
+            right = F @ right  # later right slots sit further inside
+    return left @ dS.double() @ right
+
+
+def ref_bits(n):
+    """Block order written out independently: by order, then ⊥ on earlier slots first."""
+    out = []
+    for order in range(n + 1):
+        combos = [c for c in _combinations(n, order)]
+        for perp_slots in combos:
+            out.append(tuple(1 if i in perp_slots else 0 for i in range(n)))
+    return out
+
+
+def _combinations(n, r):
+    import itertools
+
+    return list(itertools.combinations(range(n), r))  # lexicographic: (0, 1) < (0, 2) < (1, 2)
+
+
+def random_qkv(B, H, T, d, seed, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(B, H, T, d, generator=g, dtype=dtype) for _ in range(3))
+    dS = torch.randn(B, H, T, T, generator=g, dtype=dtype)
+    return dS, q, k, v
+
+
+slot_strategy = st.tuples(st.sampled_from(spans.SIDES), st.sampled_from(spans.BASES))
+
+
+# ------------------------------------------------------------------------------------ naming
+
+def test_kv8_block_table_is_documented_naming():
+    table = spans.block_table("kv8")
+    assert [r["name"] for r in table] == [f"S{i}" for i in range(1, 9)]
+    assert [r["order"] for r in table] == [0, 1, 1, 1, 2, 2, 2, 3]
+    assert [r["formula"] for r in table] == [
+        "Π_K Π_V dS Π_V",
+        "Π_K^⊥ Π_V dS Π_V",
+        "Π_K Π_V^⊥ dS Π_V",
+        "Π_K Π_V dS Π_V^⊥",
+        "Π_K^⊥ Π_V^⊥ dS Π_V",
+        "Π_K^⊥ Π_V dS Π_V^⊥",
+        "Π_K Π_V^⊥ dS Π_V^⊥",
+        "Π_K^⊥ Π_V^⊥ dS Π_V^⊥",
+    ]
+    assert spans.block_orders("qk4") == [0, 1, 1, 2]
+    assert spans.block_formulas("qkv8")[0] == "Π_Q dS Π_V Π_K"  # first right slot outermost
+    for n in range(1, 5):
+        slots = [("left", "K")] * n
+        assert spans.block_bits(slots) == ref_bits(n)
+
+
+# ------------------------------------------------------------------------- agreement with reference
+
+@settings(max_examples=25, deadline=None)
+@given(
+    B=st.integers(1, 2), H=st.integers(1, 2), T=st.integers(1, 10), d=st.integers(1, 5),
+    slots=st.lists(slot_strategy, min_size=1, max_size=3),
+    alphas=st.lists(st.floats(-2, 2, allow_nan=False), min_size=4, max_size=4),
+    seed=st.integers(0, 10_000),
+)
+def test_matches_float64_reference(B, H, T, d, slots, alphas, seed):
+    dS, q, k, v = random_qkv(B, H, T, d, seed)
+    cfg = SpanConfig(alphas=alphas, slots=slots, ridge=0.0)
+    blocks = spans.decompose(dS, q, k, v, cfg)
+    scale = dS.abs().max()
+    expected_out = torch.zeros_like(dS)
+    for i, bits in enumerate(ref_bits(len(slots))):
+        ref = ref_block(dS, q, k, v, cfg.slots, bits)
+        torch.testing.assert_close(blocks[i], ref, atol=1e-8 * scale, rtol=0)
+        expected_out += alphas[sum(bits)] * ref
+    for method in spans.METHODS:
+        out = spans.scale_score_grad(dS, q, k, v, cfg, method=method)
+        torch.testing.assert_close(out, expected_out, atol=1e-8 * scale, rtol=0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    T=st.integers(1, 10), d=st.integers(1, 5), seed=st.integers(0, 10_000),
+    weights=st.lists(st.floats(-2, 2, allow_nan=False), min_size=8, max_size=8),
+)
+def test_block_alphas_match_reference(T, d, seed, weights):
+    dS, q, k, v = random_qkv(1, 2, T, d, seed)
+    cfg = SpanConfig(block_alphas=weights, ridge=0.0)
+    expected = sum(w * ref_block(dS, q, k, v, cfg.slots, b) for w, b in zip(weights, ref_bits(3)))
+    out = spans.scale_score_grad(dS, q, k, v, cfg)
+    torch.testing.assert_close(out, expected, atol=1e-8 * dS.abs().max(), rtol=0)
+
+
+def test_projector_never_needs_full_rank():
+    # X = 0 spans {0}: Π = 0. A zero column: Cholesky fails without a ridge, the pinv fallback is exact.
+    g = torch.Generator().manual_seed(0)
+    M = torch.randn(2, 12, 12, generator=g, dtype=torch.float64)
+    X = torch.randn(2, 12, 4, generator=g, dtype=torch.float64)
+    X[0] = 0.0
+    X[1, :, 2] = 0.0
+    P = spans.SpanProjector(X, ridge=0.0)
+    torch.testing.assert_close(P.left(M), ref_projector(X) @ M)
+    torch.testing.assert_close(P.right(M), M @ ref_projector(X))
+    assert P.left(M)[0].abs().max() == 0
+
+
+# ------------------------------------------------------------------------ invariant 2: blocks sum to dS
+
+@settings(max_examples=25, deadline=None)
+@given(
+    preset=st.sampled_from(spans.PRESETS), ridge=st.sampled_from([0.0, 1e-6, 1e-2, 1.0, 100.0]),
+    T=st.integers(2, 24), d=st.integers(1, 8), seed=st.integers(0, 10_000),
+)
+def test_blocks_sum_to_dS_any_preset_any_ridge(preset, ridge, T, d, seed):
+    dS, q, k, v = random_qkv(2, 2, T, d, seed, dtype=torch.float32)
+    blocks = spans.decompose(dS, q, k, v, preset, ridge=ridge)
+    assert blocks.shape == (2 ** len(spans.PRESET_SLOTS[preset]),) + dS.shape
+    torch.testing.assert_close(blocks.sum(0), dS, atol=1e-5 * dS.abs().max(), rtol=0)
+
+
+# ----------------------------------------------------------------------------- model helpers
+
+def make_model(spans_cfg=None, seed=0, **overrides):
+    torch.manual_seed(seed)
+    return TinyGPT(GPTConfig(**{**TINY, **overrides}, spans=spans_cfg))
+
+
+def tiny_batch(B=3, T=32, vocab=50, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, vocab, (B, T), generator=g)
+    return x, torch.roll(x, -1, dims=1)
+
+
+def grads_of(model, batch):
+    logits, loss = model(*batch)
+    loss.backward()
+    return logits.detach(), loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def rel_err(ga, gb):
+    """‖ga − gb‖ / ‖gb‖ over all parameter gradients together."""
+    a = torch.cat([ga[n].flatten() for n in gb])
+    b = torch.cat([gb[n].flatten() for n in gb])
+    return float((a - b).norm() / b.norm())
+
+
+def rel_err_qk(ga, gb):
+    """Largest per-tensor relative error among the query/key weights (the gradients the transform touches)."""
+    names = [n for n in gb if ("W_Q" in n or "W_K" in n) and n.endswith("weight")]
+    return max(float((ga[n] - gb[n]).norm() / gb[n].norm()) for n in names)
+
+
+@pytest.fixture(scope="module")
+def explicit_baseline():
+    return grads_of(make_model(attn_backend="explicit"), tiny_batch())
+
+
+@pytest.fixture(scope="module")
+def fused_baseline():
+    return grads_of(make_model(), tiny_batch())
+
+
+# ------------------------------------------------------------- invariant 1: [1111] = un-hooked gradients
+
+@pytest.mark.parametrize("preset", spans.PRESETS)
+def test_1111_equals_unhooked_model(preset, explicit_baseline, fused_baseline):
+    model = make_model(SpanConfig(alphas="1111", preset=preset))
+    attn = model.blocks[0].attn
+    assert (attn.score_grad_fn is not None) or (attn.qk_grad_fn is not None)  # the hook is installed
+    _, _, g = grads_of(model, tiny_batch())
+    baseline = fused_baseline if preset == "qk4" else explicit_baseline  # same attention path
+    assert rel_err(g, baseline[2]) <= 1e-6
+    assert rel_err_qk(g, baseline[2]) <= 1e-6
+
+
+@pytest.mark.parametrize("preset", ["kv8", "qkv8", "qk4"])
+def test_1111_real_computation_equals_unhooked_model(preset, explicit_baseline):
+    """The all-ones shortcut skipped: every block formed, then summed, inside the real backward hook."""
+    cfg = SpanConfig(alphas="1111", preset=preset)
+    model = make_model(attn_backend="explicit")
+    calls = []
+
+    def full(dS, q, k, v):
+        calls.append(1)
+        return spans.scale_score_grad(dS, q, k, v, cfg, method="blocks")
+
+    for block in model.blocks:
+        block.attn.score_grad_fn = full
+    _, _, g = grads_of(model, tiny_batch())
+    assert len(calls) == TINY["n_layer"]
+    assert rel_err(g, explicit_baseline[2]) <= 1e-6
+    assert rel_err_qk(g, explicit_baseline[2]) <= 1e-6
+
+
+def test_qk4_closed_form_at_ones_is_exact():
+    g = torch.Generator().manual_seed(3)
+    grad, x = torch.randn(2, 2, 20, 4, generator=g), torch.randn(2, 2, 20, 4, generator=g)
+    out = spans.scale_qk_grad(grad, x, SpanConfig(alphas="1111", preset="qk4"))  # shortcut: α0 == α1
+    assert torch.equal(out, grad)
+    near = spans._qk_transform(1.0, 1.0 - 1e-12, 1e-6, grad, x)  # forces the projector path
+    torch.testing.assert_close(near, grad, rtol=1e-6, atol=1e-7)
+
+
+def test_alphas_change_gradients(explicit_baseline):
+    _, _, g = grads_of(make_model(SpanConfig(alphas="1000")), tiny_batch())
+    assert rel_err_qk(g, explicit_baseline[2]) > 0.1
+
+
+# --------------------------------------------------------------------------- invariant 3: T <= d
+
+def test_projector_is_identity_when_T_le_d():
+    """Justifies the T <= d shortcut: the exact projector onto span(X) is I for generic X."""
+    for T, d in [(4, 4), (3, 8), (1, 5)]:
+        X = torch.randn(2, T, d, dtype=torch.float64)
+        torch.testing.assert_close(ref_projector(X), torch.eye(T, dtype=torch.float64).expand(2, T, T))
+        assert spans.SpanProjector(X).identity
+
+
+@pytest.mark.parametrize("preset", spans.PRESETS)
+def test_T_le_dhead_every_alpha_is_baseline(preset):
+    small = dict(context_length=8, d_model=32, n_head=2)  # d_head 16 >= T 8
+    batch = tiny_batch(T=8)
+    _, _, base = grads_of(make_model(attn_backend="explicit", **small), batch)
+    _, _, fused = grads_of(make_model(**small), batch)
+    g = torch.Generator().manual_seed(5)
+    for _ in range(3):
+        alphas = [1.0] + (torch.rand(3, generator=g) * 4 - 2).tolist()
+        _, _, got = grads_of(make_model(SpanConfig(alphas=alphas, preset=preset), **small), batch)
+        assert rel_err(got, fused if preset == "qk4" else base) <= 1e-6
+
+
+def test_T_le_d_alpha0_scales_everything():
+    dS, q, k, v = random_qkv(1, 1, 4, 8, 0)
+    out = spans.scale_score_grad(dS, q, k, v, SpanConfig(alphas=[0.5, 3, -1, 2]))
+    torch.testing.assert_close(out, 0.5 * dS)
+
+
+# --------------------------------------------------------------------------- invariant 4: qk4
+
+@settings(max_examples=25, deadline=None)
+@given(
+    T=st.integers(1, 12), d=st.integers(1, 5), seed=st.integers(0, 10_000),
+    a=st.lists(st.floats(-2, 2, allow_nan=False), min_size=4, max_size=4),
+    a2=st.floats(-5, 5, allow_nan=False),
+)
+def test_qk4_closed_form_equals_explicit_sum_and_ignores_alpha2(T, d, seed, a, a2):
+    dS, q, k, v = random_qkv(2, 1, T, d, seed)
+    s = 1 / math.sqrt(d)
+    cfg = SpanConfig(alphas=a, preset="qk4", ridge=0.0)
+    cfg2 = SpanConfig(alphas=[a[0], a[1], a2, a[3]], preset="qk4", ridge=0.0)
+    scale = (dS.abs().max() * q.abs().max() * T).item()
+    for c in (cfg, cfg2):
+        dS2 = spans.scale_score_grad(dS, q, k, v, c, method="blocks")  # explicit 4-block sum
+        torch.testing.assert_close(spans.scale_qk_grad(dS @ k * s, q, c), dS2 @ k * s, atol=1e-9 * scale, rtol=0)
+        torch.testing.assert_close(
+            spans.scale_qk_grad(dS.mT @ q * s, k, c), dS2.mT @ q * s, atol=1e-9 * scale, rtol=0
+        )
+
+
+def test_qk4_alpha2_changes_nothing_in_model():
+    _, _, g0 = grads_of(make_model(SpanConfig(alphas=[1, 0, 0, 0], preset="qk4")), tiny_batch())
+    _, _, g1 = grads_of(make_model(SpanConfig(alphas=[1, 0, 5, -3], preset="qk4")), tiny_batch())
+    assert rel_err(g1, g0) == 0.0
+
+
+# ------------------------------------------------------------------------ invariant 5: forward unchanged
+
+@pytest.mark.parametrize("preset", spans.PRESETS)
+@pytest.mark.parametrize("alphas", ["1111", "1000", "1100", [0.3, -1.0, 2.0, 0.0]])
+def test_forward_identical_for_every_alpha(preset, alphas, explicit_baseline, fused_baseline):
+    logits, loss, _ = grads_of(make_model(SpanConfig(alphas=alphas, preset=preset)), tiny_batch())
+    base = fused_baseline if preset == "qk4" else explicit_baseline  # same attention path: bit-identical
+    assert torch.equal(logits, base[0]) and torch.equal(loss, base[1])
+    torch.testing.assert_close(logits, explicit_baseline[0])  # and the two paths agree to fp32 tolerance
+
+
+def test_inference_uses_fused_path_and_matches():
+    model = make_model(SpanConfig(alphas="1000"))
+    base = make_model()
+    x, _ = tiny_batch()
+    with torch.no_grad():
+        assert torch.equal(model(x)[0], base(x)[0])
+
+
+# ---------------------------------------------------------------------------- masked-fill pitfall
+
+def test_additive_mask_gives_zero_dS_where_masked():
+    captures = spans.capture_score_grads(make_model(SpanConfig(alphas="1000")), tiny_batch())
+    T = TINY["context_length"]
+    upper = torch.ones(T, T, dtype=torch.bool).triu(1)
+    for c in captures:
+        assert c.dS[..., upper].abs().max() == 0.0
+        assert c.dS[..., ~upper].abs().max() > 0.0
+
+
+def test_masked_fill_placement_would_differ():
+    """Hook on pre-mask scores (spanviz) reproduces dQ' = dS' K/√d; a hook after masked_fill does not,
+    because the masked_fill backward re-zeroes dS' in the masked triangle."""
+    T, d = 64, 8
+    g = torch.Generator().manual_seed(0)
+    q0, k0, v0, dO = (torch.randn(1, 1, T, d, generator=g) for _ in range(4))
+    cfg = SpanConfig(alphas="1000")
+    upper = torch.ones(T, T, dtype=torch.bool).triu(1)
+
+    def run(where):
+        q, k = q0.clone().requires_grad_(), k0.clone().requires_grad_()
+        S = q @ k.mT / math.sqrt(d)
+        if where == "pre-mask":
+            S.register_hook(lambda gr: spans.scale_score_grad(gr, q0, k0, v0, cfg))
+            P = torch.softmax(S + torch.zeros(T, T).masked_fill(upper, float("-inf")), -1)
+        else:
+            Sm = S.masked_fill(upper, float("-inf"))
+            Sm.register_hook(lambda gr: spans.scale_score_grad(gr, q0, k0, v0, cfg))
+            P = torch.softmax(Sm, -1)
+        (P @ v0 * dO).sum().backward()
+        return q.grad
+
+    # the definition: dS' = scaled (masked) dS, then dQ' = dS' K/√d
+    q, k = q0.clone().requires_grad_(), k0.clone().requires_grad_()
+    S = q @ k.mT / math.sqrt(d)
+    S.retain_grad()
+    (torch.softmax(S.masked_fill(upper, float("-inf")), -1) @ v0 * dO).sum().backward()
+    expected = spans.scale_score_grad(S.grad, q0, k0, v0, cfg) @ k0 / math.sqrt(d)
+    torch.testing.assert_close(run("pre-mask"), expected)
+    diff = (run("masked_fill") - expected).abs().max()
+    assert diff > 0.1 * expected.abs().max()
+
+
+# ------------------------------------------------------------------------------ the numerical check
+
+def test_kv8_keeps_76_38_12_percent_of_dQ():
+    """Technique doc: on random T=64, d=16 data [1110]/[1100]/[1000] keep ≈ 76/38/12 % of ‖dQ‖."""
+    ratios = {a: [] for a in ("1110", "1100", "1000")}
+    for seed in range(20):
+        dS, q, k, v = random_qkv(1, 1, 64, 16, seed, dtype=torch.float32)
+        dq = dS @ k
+        for a in ratios:
+            out = spans.scale_score_grad(dS, q, k, v, SpanConfig(alphas=a))
+            ratios[a].append(float((out @ k).norm() / dq.norm()))
+    mean = {a: sum(r) / len(r) for a, r in ratios.items()}
+    assert abs(mean["1110"] - 0.76) < 0.03
+    assert abs(mean["1100"] - 0.38) < 0.03
+    assert abs(mean["1000"] - 0.12) < 0.03
+
+
+def test_grouped_needs_few_projections():
+    dS, q, k, v = random_qkv(1, 1, 12, 3, 0)
+    P = {b: spans.SpanProjector(t) for b, t in zip("QKV", (q, k, v))}
+    cfg = SpanConfig(alphas="1000")
+    for alphas, most in (("1000", 3), ("1100", 4), ("1110", 4), ([0.5, 2.0, -1.0, 3.0], 4)):
+        count = []
+        ops = [
+            (lambda M, f=f: (count.append(1), f(M))[1])
+            for f in spans._slot_ops(cfg.slots, P)
+        ]
+        spans._order_scaled(dS, ops, spans.parse_alphas(alphas))
+        assert len(count) <= most, (alphas, len(count))
+
+
+# ------------------------------------------------------------------------------------ precision
+
+def test_low_precision_input_is_computed_in_float32():
+    dS, q, k, v = random_qkv(2, 2, 32, 4, 0, dtype=torch.float32)
+    cfg = SpanConfig(alphas="1100")
+    ref = spans.scale_score_grad(dS, q, k, v, cfg)
+    got = spans.scale_score_grad(*(t.bfloat16() for t in (dS, q, k, v)), cfg)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), ref, atol=0.05 * ref.abs().max(), rtol=0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inside = spans.scale_score_grad(dS, q, k, v, cfg)
+    assert inside.dtype == torch.float32
+    torch.testing.assert_close(inside, ref)
+
+
+# ------------------------------------------------------------------------------- config and input
+
+def test_alpha_parsing_and_round_trip():
+    assert SpanConfig(alphas="1000").alphas == (1.0, 0.0, 0.0, 0.0)
+    assert SpanConfig(alphas="[1110]").alphas == (1.0, 1.0, 1.0, 0.0)
+    assert SpanConfig(alphas="[1, 0.5, 0, 0]").alphas == (1.0, 0.5, 0.0, 0.0)
+    assert SpanConfig(alphas=(1, -0.5, 0, 2)).alphas == (1.0, -0.5, 0.0, 2.0)
+    assert SpanConfig(alphas="1,0.5,0,0".split(",")).alphas == (1.0, 0.5, 0.0, 0.0)  # as the CLI passes them
+    cfg = SpanConfig(alphas="1100", preset="qkv8", layers=[1, 0], ridge=1e-5)
+    assert cfg.layers == (0, 1) and cfg.slots == spans.PRESET_SLOTS["qkv8"]
+    d = json.loads(json.dumps(cfg.to_dict()))
+    assert SpanConfig(**d) == cfg
+    custom = SpanConfig(alphas="1000", slots=[["left", "k"], ["right", "Q"]])
+    assert custom.preset == "custom" and SpanConfig(**custom.to_dict()) == custom
+    five = SpanConfig(alphas=[1, 0, 0, 0, 0, 0], slots=[("left", "K")] * 5)
+    assert five.n_blocks == 32 and len(spans.block_names(five)) == 32
+    gcfg = GPTConfig(**TINY, spans={"alphas": "1000", "preset": "kv8"})
+    assert gcfg.spans == SpanConfig(alphas="1000")
+    assert GPTConfig.from_dict(json.loads(json.dumps(gcfg.to_dict()))) == gcfg
+    assert SpanConfig(slots=spans.PRESET_SLOTS["kv8"]) == SpanConfig()  # a preset's slots get its name
+    forced = SpanConfig(preset="custom", slots=spans.PRESET_SLOTS["qk4"])
+    assert forced.preset == "custom" and spans.build_grad_fns(forced)[0] is not None  # explicit score path
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(alphas=(1, 0, 0)), "alphas"),
+        (dict(alphas="10000"), "alphas"),
+        (dict(alphas=(1, 0, float("nan"), 0)), "alphas"),
+        (dict(alphas=(1, 0, float("inf"), 0)), "alphas"),
+        (dict(alphas="1x00"), "alphas"),
+        (dict(alphas=None), "alphas"),
+        (dict(alphas=["1", "x", "0", "0"]), "alphas"),
+        (dict(alphas=[1, True, 0, 0]), "alphas"),
+        (dict(preset="kv9"), "preset"),
+        (dict(slots=[("up", "K")]), "side"),
+        (dict(slots=[("left", "W")]), "basis"),
+        (dict(slots=[]), "slots"),
+        (dict(slots="kv8"), "slots"),
+        (dict(preset="qk4", slots=spans.PRESET_SLOTS["kv8"]), "preset"),
+        (dict(preset="custom"), "slots"),
+        (dict(layers=[-1]), "layers"),
+        (dict(layers=[]), "layers"),
+        (dict(block_alphas=[1, 1]), "block_alphas"),
+        (dict(block_alphas=[1] * 7 + [float("nan")]), "block_alphas"),
+        (dict(ridge=-1.0), "ridge"),
+        (dict(ridge=float("nan")), "ridge"),
+    ],
+)
+def test_bad_config_raises_naming_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        SpanConfig(**kwargs)
+
+
+def test_bad_inputs_raise():
+    with pytest.raises(ValueError, match="spans.layers"):
+        GPTConfig(**TINY, spans=SpanConfig(layers=[0, 2]))
+    with pytest.raises(ValueError, match="preset"):
+        spans.block_names("kv9")
+    dS, q, k, v = random_qkv(1, 1, 6, 2, 0)
+    with pytest.raises(ValueError, match="method"):
+        spans.scale_score_grad(dS, q, k, v, method="fast")
+    with pytest.raises(ValueError, match="dS"):
+        spans.scale_score_grad(dS[..., :5], q, k, v)
+    with pytest.raises(ValueError, match="k must"):
+        spans.scale_score_grad(dS, q, k[..., :5, :], v)
+    with pytest.raises(ValueError, match="qk4"):
+        spans.scale_qk_grad(q, q, SpanConfig())
+    with pytest.raises(ValueError, match="every"):
+        spans.SpanProbe(every=0)
+    with pytest.raises(ValueError, match="batch"):
+        spans.capture_score_grads(make_model(), tiny_batch()[0])
+
+
+def test_negative_alphas_are_allowed():
+    dS, q, k, v = random_qkv(1, 1, 12, 3, 0)
+    out = spans.scale_score_grad(dS, q, k, v, SpanConfig(alphas=[1, -1, 0, 0]))
+    assert torch.isfinite(out).all()
+
+
+def test_layers_select_where_hooks_go():
+    model = make_model(SpanConfig(alphas="1000", layers=[1]))
+    assert model.blocks[0].attn.score_grad_fn is None and model.blocks[1].attn.score_grad_fn is not None
+
+
+def test_qk4_unequal_block_alphas_fall_back_to_score_path():
+    score_fn, qk_fn = spans.build_grad_fns(SpanConfig(preset="qk4", block_alphas=[1, 0, 1, 0]))
+    assert score_fn is not None and qk_fn is None
+    score_fn, qk_fn = spans.build_grad_fns(SpanConfig(preset="qk4", block_alphas=[1, 0.5, 0.5, 9]))
+    assert score_fn is None and qk_fn is not None
+
+
+# ---------------------------------------------------------------------------------- diagnostics
+
+def test_score_grad_blocks_and_state_restored():
+    model = make_model(SpanConfig(alphas="1100"))
+    model.train()
+    batch = tiny_batch()
+    _, loss = model(*batch)
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    captures = spans.capture_score_grads(model, batch)
+    reports = spans.score_grad_blocks(model, batch, captures=captures, sample=1)
+    assert model.training
+    assert all(torch.equal(p.grad, grads[n]) and torch.equal(p, params[n]) for n, p in model.named_parameters())
+    assert all(b.attn.score_grad_fn is not None for b in model.blocks)
+    H, T = TINY["n_head"], TINY["context_length"]
+    for c, rep in zip(captures, reports):
+        assert rep.names == spans.block_names("kv8") and rep.orders == spans.block_orders("kv8")
+        assert rep.blocks.shape == (8, H, T, T) and rep.norms.shape == (8, H)
+        torch.testing.assert_close(rep.blocks.sum(0), c.dS[1], atol=1e-6 * c.dS.abs().max(), rtol=0)
+        torch.testing.assert_close(rep.order_share.sum(0), torch.ones(H))
+        rows = rep.rows()
+        assert len(rows) == 8 * H and {"layer", "head", "block", "order", "norm", "rel_norm"} <= set(rows[0])
+
+
+def test_principal_angles_and_condition():
+    e = torch.eye(3, dtype=torch.float64)
+    theta = 0.3
+    X = e[:, :1]
+    Y = (math.cos(theta) * e[:, 0] + math.sin(theta) * e[:, 1])[:, None]
+    torch.testing.assert_close(spans.principal_angle_cosines(X, Y), torch.tensor([math.cos(theta)], dtype=torch.float64))
+    torch.testing.assert_close(spans.principal_angle_cosines(e[:, :2], e[:, 2:]), torch.zeros(1, dtype=torch.float64))
+    torch.testing.assert_close(spans.principal_angle_cosines(e[:, :2], e[:, :2] * 3), torch.ones(2, dtype=torch.float64))
+    Z = torch.zeros(5, 2, dtype=torch.float64)
+    Z[0, 0], Z[1, 1] = 4.0, 0.5
+    assert spans.gram_condition(Z).item() == pytest.approx(64.0)
+    assert math.isinf(spans.gram_condition(torch.randn(2, 3)).item())
+
+
+def test_grad_alignment():
+    model = make_model(SpanConfig(alphas="1000"))
+    c = spans.capture_score_grads(model, tiny_batch())[0]
+    one = spans.grad_alignment(c, SpanConfig())
+    torch.testing.assert_close(one["cos_dq"], torch.ones(2))
+    torch.testing.assert_close(one["ratio_dk"], torch.ones(2))
+    low = spans.grad_alignment(c, SpanConfig(alphas="1000"))
+    assert (low["ratio_dq"] < 1).all() and (low["cos_dq"] < 1).all()
+    qk4 = spans.grad_alignment(c, SpanConfig(alphas="1000", preset="qk4"))
+    assert (qk4["ratio_dq"] < 1).all()
+
+
+def test_span_probe_protocol():
+    model = make_model()  # standard gradient: the probe reports what kv8 [1000] would do
+    trainer = SimpleNamespace(model=model, probe_batch=tiny_batch(B=2))
+    probe = spans.SpanProbe(every=10, per_head=True)
+    assert probe.name == "spans" and probe.every == 10
+    out = probe(trainer)
+    json.dumps(out, allow_nan=False)
+    assert all(key.startswith("spans/") for key in out)
+    for layer in range(TINY["n_layer"]):
+        shares = [out[f"spans/L{layer}/share_order{o}"] for o in range(4)]
+        assert sum(shares) == pytest.approx(1.0, abs=1e-5)
+        assert 0 < out[f"spans/L{layer}/ratio_dq"] < 1
+        assert 0 <= out[f"spans/L{layer}/cos_QK_min"] <= out[f"spans/L{layer}/cos_QK_mean"] <= 1
+        assert out[f"spans/L{layer}/log10_cond_K"] > 0
+        assert f"spans/L{layer}/h1/cos_dq" in out
