@@ -13,6 +13,7 @@ Benchmarks, not tests: every figure is a ratio or a rate measured within one run
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -59,6 +60,12 @@ class PlainGPT(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.head.weight = self.wte.weight
+        # Same init as TinyGPT (PyTorch's default N(0, 1) embeddings would start at loss ~90 and crawl
+        # through denormal gradients, an unfair reference).
+        self.apply(TinyGPT._init_weights)
+        for block in self.blocks:
+            nn.init.normal_(block.o.weight, std=0.02 / math.sqrt(2 * cfg.n_layer))
+            nn.init.normal_(block.proj.weight, std=0.02 / math.sqrt(2 * cfg.n_layer))
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor):
         x = self.wte(idx) + self.wpe(torch.arange(idx.size(1), device=idx.device))
@@ -137,7 +144,7 @@ from spanviz.train import TrainConfig, Trainer
 data_dir, steps, device = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 data = prepare_tokens(data_dir=data_dir, splits={"train": "validation", "eval": "test"}, max_vocab=8192)
 cfg = GPTConfig(**{**NOTEBOOK_CONFIG, "vocab_size": data.vocab_size})
-trainer = Trainer(cfg, TrainConfig(steps=steps + 5, batch_size=NOTEBOOK_BATCH, eval_interval=10**9, device=device), data)
+trainer = Trainer(cfg, TrainConfig(steps=steps + 5, batch_size=NOTEBOOK_BATCH, warmup_steps=0, eval_interval=10**9, device=device), data)
 trainer.step(5)  # warm-up
 t0 = time.perf_counter()
 trainer.step(steps)
