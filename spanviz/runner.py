@@ -6,6 +6,12 @@ itself: it calls ``on_update(runner)`` at most ``refresh_hz`` times per second (
 ``on_finish(runner)`` when the run ends — normally, stopped, or with an error. The panel draws in those
 callbacks.
 
+Where the callbacks run: on the event loop of the thread that called :meth:`Runner.start` when it has one
+(in a notebook, the kernel's loop: Train buttons and cells run there), handed over with
+``loop.call_soon_threadsafe``; otherwise (blocking mode, plain scripts, tests) directly. Widget state must
+only change on the kernel's loop: a FigureWidget update sent from the training thread while the kernel
+handles a message from the browser for the same widget can be merged away, and the live plot freezes.
+
 Why a thread: a blocking training loop in a notebook cell streams plot updates, but a Stop click is only
 handled after the cell ends (see DESIGN.md, "Interactivity facts"). Scripts and notebook execution in CI
 want the blocking path instead: ``start(..., blocking=True)`` or the environment variable
@@ -18,6 +24,7 @@ appears at the first refresh without training.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
@@ -127,6 +134,8 @@ class Runner:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._trainers: dict[str, TrainerLike] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None  # where callbacks run; None = directly
+        self._update_pending = threading.Event()  # an on_update is queued on the loop: don't queue another
 
     # ------------------------------------------------------------------------------------------- control
     @property
@@ -166,6 +175,8 @@ class Runner:
             self.started_at, self.finished_at = time.perf_counter(), None
             self._stop.clear()
             self._trainers = {}
+        self._loop = None if blocking else _running_loop()
+        self._update_pending.clear()
         if blocking:
             self._work(jobs)
             if raise_errors and self.error is not None:
@@ -220,8 +231,44 @@ class Runner:
     # -------------------------------------------------------------------------------------------- worker
     def _refresh(self) -> None:
         self.refreshes += 1
-        if self.on_update is not None:
+        if self.on_update is None:
+            return
+        if self._loop is None:
             self.on_update(self)
+        elif not self._update_pending.is_set():  # coalesce: the queued update will read the newest data
+            self._update_pending.set()
+            self._call_on_loop(self._deliver_update)
+
+    def _deliver_update(self) -> None:
+        self._update_pending.clear()
+        try:
+            self.on_update(self)
+        except Exception as exc:  # noqa: BLE001 - shown in the panel like an error of the run
+            self.error, self.error_text = exc, traceback.format_exc()
+            self.state = "error"
+            self._stop.set()
+            logger.warning("spanviz live update failed: %s", exc)
+
+    def _finish(self) -> None:
+        if self.on_finish is None:
+            return
+        if self._loop is not None:
+            self._call_on_loop(self._deliver_finish)
+        else:
+            self._deliver_finish()
+
+    def _deliver_finish(self) -> None:
+        try:
+            self.on_finish(self)
+        except Exception:  # noqa: BLE001
+            logger.exception("on_finish callback failed")
+
+    def _call_on_loop(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the captured event loop (FIFO with earlier calls); directly if the loop is gone."""
+        try:
+            self._loop.call_soon_threadsafe(fn)
+        except RuntimeError:  # the loop was closed (kernel shutting down): nobody is watching, just run it
+            fn()
 
     def _work(self, jobs: Sequence[Job]) -> None:
         period = 1.0 / self.refresh_hz
@@ -265,8 +312,12 @@ class Runner:
             self.finished_at = time.perf_counter()
             with self._lock:
                 self._trainers = {}
-            if self.on_finish is not None:
-                try:
-                    self.on_finish(self)
-                except Exception:  # noqa: BLE001
-                    logger.exception("on_finish callback failed")
+            self._finish()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread (the kernel's, inside a cell or a widget callback), or None."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

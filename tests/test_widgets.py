@@ -238,6 +238,33 @@ def test_refreshes_are_throttled():
     assert len(seen) >= 2 and np.all(gaps >= 0.2 - 1e-3)
 
 
+def test_live_callbacks_run_on_the_event_loop_that_started_the_run():
+    """In a kernel, widgets may only change on the kernel's loop: updates sent from the training thread
+    race with browser messages for the same widget and can be lost (a frozen live plot)."""
+    import asyncio
+
+    calls: list[tuple[str, threading.Thread]] = []
+    finished = threading.Event()
+
+    def on_finish(r):
+        calls.append(("finish", threading.current_thread()))
+        finished.set()
+
+    runner = Runner(on_update=lambda r: calls.append(("update", threading.current_thread())),
+                    on_finish=on_finish, refresh_hz=50.0)
+
+    async def notebook_cell():
+        runner.start([Job("a", steps=20, make_trainer=lambda: FakeTrainer(20, delay=0.01))], blocking=False)
+        while not finished.is_set():
+            await asyncio.sleep(0.01)
+
+    asyncio.run(asyncio.wait_for(notebook_cell(), timeout=10))
+    kinds = [kind for kind, _ in calls]
+    assert "update" in kinds and kinds[-1] == "finish"
+    assert all(thread is threading.main_thread() for _, thread in calls)
+    assert runner.state == "done"
+
+
 def test_store_replays_repeated_configuration(tmp_path):
     from spanviz.store import ResultsStore
 
