@@ -9,6 +9,7 @@ Examples::
     spanviz train --n-local 3 --window 32 --qk-norm --out runs/ls
     spanviz sweep spans --seeds 3
     spanviz bench --json
+    spanviz runs export workshop.zip      # then, on the students' machines: spanviz runs import workshop.zip
 
 Data flags default to the environment: ``SPANVIZ_WIKITEXT_DIR`` (local folder), ``SPANVIZ_TRAIN_SPLIT`` and
 ``SPANVIZ_EVAL_SPLIT``; without them WikiText-2 comes from the Hugging Face hub.
@@ -245,6 +246,31 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------------------------- runs
+def cmd_runs(args: argparse.Namespace) -> int:
+    from spanviz.store import ResultsStore
+
+    store = ResultsStore(args.store)
+    if args.action == "list":
+        for key in store.list():
+            record = store.load(key)
+            cfg = record.config
+            print(f"{key[:12]}  {record.status:9s}  {cfg.get('variant', '-')!s:24s}  seed {cfg.get('seed', '-')}  "
+                  f"best val {record.best_val_loss if record.best_val_loss is not None else 'n/a'}")
+        print(f"{len(store.list())} runs in {store.root}")
+    elif args.action == "export":
+        if args.file is None:
+            raise ValueError("runs export needs a FILE to write, e.g. spanviz runs export workshop.zip")
+        path = store.export(args.file)
+        print(f"exported {len(store.list())} runs to {path}")
+    else:
+        if args.file is None:
+            raise ValueError("runs import needs a FILE to read, e.g. spanviz runs import workshop.zip")
+        keys = store.import_(args.file, overwrite=args.overwrite)
+        print(f"imported {len(keys)} runs into {store.root}")
+    return 0
+
+
 # --------------------------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spanviz", description=__doc__.split("\n\n")[0])
@@ -270,6 +296,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     add_data_args(p)
     p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("runs", help="list, export or import the results store (instant replays)")
+    p.add_argument("action", choices=["list", "export", "import"])
+    p.add_argument("file", nargs="?", type=Path, default=None, help="the archive to write or read (.zip)")
+    p.add_argument("--store", type=Path, default=None, help="store folder (default: $SPANVIZ_HOME/runs)")
+    p.add_argument("--overwrite", action="store_true", help="import: replace runs already in the store")
+    p.set_defaults(func=cmd_runs)
 
     p = sub.add_parser("bench", help="benchmarks (ratios measured within one run)")
     p.add_argument("--json", action="store_true", help="print JSON")

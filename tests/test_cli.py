@@ -109,3 +109,27 @@ def test_demo_config_lowers_val_loss_by_two_nats(wikitext_dir, tmp_path):
     vals = [v for v in history["val_loss"] if v is not None]
     assert vals[0] == pytest.approx(math.log(8192), abs=0.3), "first eval should be at init, near ln V"
     assert vals[0] - min(vals) >= 2.0, vals
+
+
+def test_runs_export_then_import_into_a_fresh_store(wikitext_dir, tmp_path, capsys):
+    """The workshop recipe: sweep on one machine, export, import elsewhere, replay without training."""
+    from spanviz.experiments import run_grid
+    from spanviz.data import prepare_tokens
+    from spanviz.model import GPTConfig
+    from spanviz.store import ResultsStore
+    from spanviz.train import TrainConfig
+
+    data = prepare_tokens(wikitext_dir, splits={"train": "validation", "eval": "test"}, max_vocab=512)
+    variants = {"standard": (GPTConfig(vocab_size=data.vocab_size, context_length=16, n_layer=1, n_head=2,
+                                       d_model=16),
+                             TrainConfig(steps=3, batch_size=2, warmup_steps=0, eval_interval=3, eval_iters=1))}
+    teacher = ResultsStore(tmp_path / "teacher")
+    [record] = run_grid(variants, seeds=[0], data=data, store=teacher)
+    archive = tmp_path / "workshop.zip"
+    assert main(["runs", "export", str(archive), "--store", str(teacher.root)]) == 0
+    assert main(["runs", "import", str(archive), "--store", str(tmp_path / "student")]) == 0
+    assert "imported 1 runs" in capsys.readouterr().out
+    replayed = ResultsStore(tmp_path / "student").get(record.config)
+    assert replayed is not None and replayed.history == record.history
+    assert main(["runs", "list", "--store", str(tmp_path / "student")]) == 0
+    assert "1 runs in" in capsys.readouterr().out
