@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 import threading
 import time
 import traceback
@@ -315,8 +316,20 @@ class Runner:
             self._finish()
 
 
+def _in_kernel() -> bool:
+    """True inside a Jupyter kernel (where widgets live and the kernel's loop runs cells and messages)."""
+    shell = sys.modules.get("IPython") and sys.modules["IPython"].get_ipython()
+    return shell is not None and hasattr(shell, "kernel")
+
+
 def _running_loop() -> asyncio.AbstractEventLoop | None:
-    """The event loop running in this thread (the kernel's, inside a cell or a widget callback), or None."""
+    """The kernel's event loop when called inside a kernel (from a cell or a widget callback), else None.
+
+    Outside a kernel, a loop that merely looks running (e.g. one held by another library's sync API) may
+    never process our callbacks, so we call them directly there.
+    """
+    if not _in_kernel():
+        return None
     try:
         return asyncio.get_running_loop()
     except RuntimeError:

@@ -19,6 +19,9 @@ TINY_MODEL = ["--d-model", "32", "--n-head", "2", "--n-layer", "1", "--context-l
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path, monkeypatch):
     monkeypatch.setenv("SPANVIZ_HOME", str(tmp_path / "home"))
+    # scripts/setup.sh exports these for the main job; the CLI's defaults must be tested without them
+    for name in ("SPANVIZ_WIKITEXT_DIR", "SPANVIZ_TRAIN_SPLIT", "SPANVIZ_EVAL_SPLIT", "SPANVIZ_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
 
 
 def test_train_writes_a_run_record_with_equal_length_history(wikitext_dir, tmp_path, capsys):

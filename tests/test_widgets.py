@@ -238,11 +238,14 @@ def test_refreshes_are_throttled():
     assert len(seen) >= 2 and np.all(gaps >= 0.2 - 1e-3)
 
 
-def test_live_callbacks_run_on_the_event_loop_that_started_the_run():
+def test_live_callbacks_run_on_the_kernels_event_loop(monkeypatch):
     """In a kernel, widgets may only change on the kernel's loop: updates sent from the training thread
     race with browser messages for the same widget and can be lost (a frozen live plot)."""
     import asyncio
 
+    from spanviz import runner as runner_module
+
+    monkeypatch.setattr(runner_module, "_in_kernel", lambda: True)
     calls: list[tuple[str, threading.Thread]] = []
     finished = threading.Event()
 
@@ -253,16 +256,36 @@ def test_live_callbacks_run_on_the_event_loop_that_started_the_run():
     runner = Runner(on_update=lambda r: calls.append(("update", threading.current_thread())),
                     on_finish=on_finish, refresh_hz=50.0)
 
-    async def notebook_cell():
+    async def kernel_cell():
         runner.start([Job("a", steps=20, make_trainer=lambda: FakeTrainer(20, delay=0.01))], blocking=False)
         while not finished.is_set():
             await asyncio.sleep(0.01)
 
-    asyncio.run(asyncio.wait_for(notebook_cell(), timeout=10))
+    # The "kernel" gets a thread of its own, so a loop left running on this thread by another library
+    # (Playwright's sync API does that) cannot interfere.
+    kernel = threading.Thread(target=lambda: asyncio.run(asyncio.wait_for(kernel_cell(), timeout=10)))
+    kernel.start()
+    kernel.join(15)
     kinds = [kind for kind, _ in calls]
     assert "update" in kinds and kinds[-1] == "finish"
-    assert all(thread is threading.main_thread() for _, thread in calls)
+    assert all(thread is kernel for _, thread in calls)
     assert runner.state == "done"
+
+
+def test_outside_a_kernel_callbacks_are_called_directly_even_under_a_running_loop():
+    """A loop that merely looks running (no kernel) must not swallow the panel's updates."""
+    import asyncio
+
+    finished = threading.Event()
+    runner = Runner(on_update=lambda r: None, on_finish=lambda r: finished.set(), refresh_hz=50.0)
+
+    async def not_a_kernel():
+        runner.start([Job("a", steps=5, make_trainer=lambda: FakeTrainer(5))], blocking=False)
+        assert runner.join(5)
+        # the loop is blocked in join(): a callback queued on it could not have run yet
+        assert finished.is_set()
+
+    asyncio.run(not_a_kernel())
 
 
 def test_store_replays_repeated_configuration(tmp_path):

@@ -103,7 +103,7 @@ def chromium() -> str:
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def lab(chromium: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """A running JupyterLab: ``{"url", "root", "env", "log"}``."""
     base = tmp_path_factory.mktemp("lab")
@@ -173,7 +173,7 @@ def lab(chromium: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dic
             print(log_path.read_text()[-8000:])
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser(chromium: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     from playwright.sync_api import sync_playwright
 
