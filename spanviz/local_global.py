@@ -23,7 +23,6 @@ Contents:
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import math
@@ -37,6 +36,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from spanviz.threads import torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -564,20 +565,8 @@ def toy_band_fit(
         raise ValueError(f"lr must be a number > 0, got {lr!r}")
 
     config = dict(n=n, r=r, p=p, head=head, steps=steps, param=param, lr=lr, seed=seed)
-    with _torch_threads(threads):
+    with torch_threads(threads):
         return _toy_band_fit(config, log_every)
-
-
-@contextlib.contextmanager
-def _torch_threads(threads: int | None):
-    """Temporarily set torch's intra-op thread count (None: leave it)."""
-    before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _toy_band_fit(config: dict[str, Any], log_every: int) -> dict[str, Any]:

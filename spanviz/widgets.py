@@ -48,6 +48,10 @@ logger = logging.getLogger(__name__)
 History = dict[str, list[Any]]
 
 
+# The panels' model when none is given: the notebook size (d_head 32 < T 64, so spans are non-trivial).
+DEFAULT_PANEL_MODEL = GPTConfig(vocab_size=8192, context_length=64, n_layer=2, n_head=4, d_model=128)
+
+
 # ====================================================================================== rendering mode
 def use_static(static: bool | None = None) -> bool:
     """Whether panels should draw static figures into an ``Output`` instead of ``FigureWidget``s.
@@ -458,7 +462,7 @@ class SpansPanel:
     ) -> None:
         from spanviz import spans
 
-        self.model_cfg = model_cfg or GPTConfig(vocab_size=8192, context_length=64, n_layer=2, n_head=4, d_model=128)
+        self.model_cfg = model_cfg or DEFAULT_PANEL_MODEL
         self._train_cfg = train_cfg
         self.static = use_static(static)
         torch.manual_seed(seed)
@@ -814,7 +818,7 @@ class FP8Panel:
         static: bool | None = None,
         refresh_hz: float = 4.0,
     ) -> None:
-        self.model_cfg = model_cfg or GPTConfig(vocab_size=8192, context_length=64, n_layer=2, n_head=4, d_model=128)
+        self.model_cfg = model_cfg or DEFAULT_PANEL_MODEL
         self._train_cfg = train_cfg
         self.static = use_static(static)
         dh = self.model_cfg.d_head

@@ -19,8 +19,14 @@ from __future__ import annotations
 import torch
 
 from spanviz import fp8
-from spanviz.bench.core import NOTEBOOK_BATCH, NOTEBOOK_CONFIG, interleaved_medians, make_train_step
+from spanviz.bench.core import (
+    NOTEBOOK_BATCH,
+    NOTEBOOK_CONFIG,
+    interleaved_medians,
+    make_train_step,
+)
 from spanviz.model import GPTConfig, TinyGPT
+from spanviz.threads import torch_threads
 
 
 def bench_fp8(device: str = "cpu", repeats: int = 30, seed: int = 0, threads: int | None = None) -> dict:
@@ -48,13 +54,8 @@ def bench_fp8(device: str = "cpu", repeats: int = 30, seed: int = 0, threads: in
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
         raise ValueError(f"device must be a torch device string like 'cpu' or 'cuda', got {device!r}") from exc
-    previous = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         return _bench(dev, repeats, seed)
-    finally:
-        torch.set_num_threads(previous)
 
 
 def _bench(dev: torch.device, repeats: int, seed: int) -> dict:

@@ -27,6 +27,7 @@ from spanviz.bench.core import (
 )
 from spanviz.model import GPTConfig, TinyGPT
 from spanviz.spans import SpanConfig
+from spanviz.threads import torch_threads
 
 GPU_CONFIG = dict(vocab_size=8192, context_length=256, n_layer=4, n_head=4, d_model=256)
 GPU_BATCH = 32
@@ -78,13 +79,8 @@ def bench_spans(
         raise ValueError(f"threads must be None or an integer >= 1, got {threads!r}")
     if quick:
         repeats, warmup = min(repeats, 5), min(warmup, 1)
-    saved_threads = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         return _bench(device, repeats, config, seed, warmup)
-    finally:
-        torch.set_num_threads(saved_threads)
 
 
 def _bench(device: str, repeats: int, config: str, seed: int, warmup: int) -> dict[str, Any]:

@@ -25,6 +25,7 @@ import torch
 
 from spanviz.model import GPTConfig
 from spanviz.runner import Job, Runner
+from spanviz.threads import torch_threads
 
 TARGETS = {"slider_p95_ms": 150.0, "dashboard_slowdown": 0.10, "dashboard_hz": 2.0}
 PANEL_CONFIG = dict(vocab_size=8192, context_length=64, n_layer=2, n_head=4, d_model=128)  # d_head 32
@@ -105,13 +106,8 @@ def bench_dashboard(
         threads: torch intra-op threads for the measurement (restored afterwards); None = leave as is. On an
             oversubscribed machine 1 thread avoids OpenMP spin-waits that make steps 10× slower.
     """
-    saved_threads = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         return _bench_dashboard(chunk_s, rounds, refresh_hz)
-    finally:
-        torch.set_num_threads(saved_threads)
 
 
 def _bench_dashboard(chunk_s: float, rounds: int, refresh_hz: float) -> dict[str, Any]:
