@@ -12,8 +12,9 @@ FP8 formats: "e4m3" (``torch.float8_e4m3fn``, max 448) and "e5m2" (``torch.float
 
 Contents:
 
-* spectral norms without forming d×d products: :func:`spectral_norms_exact` (thin-QR core, exact) and
-  :class:`PowerIteration` (implicit, warm-started, *under*-estimates σ); both accept grouped-query weights;
+* spectral norms without forming d×d products: :func:`spectral_norms_exact` (thin-QR core via CholeskyQR
+  or Householder QR, exact) and :class:`PowerIteration` (implicit, warm-started, *under*-estimates σ);
+  both accept grouped-query weights;
 * bounds: :func:`worst_case_bound`, :func:`solve_gamma`, :func:`alpha_agnostic`, :func:`alpha_star`,
   :func:`logit_bounds`;
 * folding of LayerNorm gain/bias and q/k biases so that ρ² = d (+1) exactly: :func:`fold_qk`,
@@ -43,6 +44,7 @@ FP8_MAX: dict[str, float] = {name: float(torch.finfo(dtype).max) for name, dtype
 ALPHA_CHOICES = ("theory", "agnostic", "deterministic", "calibrated")
 STRATEGIES = ("delayed",) + ALPHA_CHOICES
 DELAYED_ALGOS = ("max", "most_recent")
+EXACT_METHODS = ("auto", "cholesky", "householder")
 
 
 # ------------------------------------------------------------------------------------------ validation
@@ -105,11 +107,19 @@ def _compute_dtype(t: Tensor) -> Tensor:
     return t if t.dtype in (torch.float32, torch.float64) else t.float()
 
 
-def spectral_norms_exact(W_Q: Tensor, W_K: Tensor) -> Tensor:
+def spectral_norms_exact(W_Q: Tensor, W_K: Tensor, method: str = "auto") -> Tensor:
     """Exact σ_h = ‖W^Q_h W^K_{g(h)}ᵀ‖₂ per query head, without forming the d×d products.
 
-    With thin QR factors W^Q_h = Q_A R_A and W^K_g = Q_B R_B (orthonormal columns), M = Q_A (R_A R_Bᵀ) Q_Bᵀ,
-    so σ(M) = σ(R_A R_Bᵀ): one QR per head, one small d_head×d_head SVD per query head.
+    Thin-QR core: with W^K_g = Q_B R_B (Q_B has orthonormal columns), W^Q_h W^K_gᵀ = (W^Q_h R_Bᵀ) Q_Bᵀ,
+    so σ_h = σ_max(W^Q_h R_Bᵀ), a d×d_head matrix. Two ways to get R_B:
+
+    * ``"cholesky"`` (CholeskyQR): R_B = Lᵀ with W^K_gᵀ W^K_g = L Lᵀ, a d_head×d_head Cholesky factor; then
+      X_h = W^Q_h L and σ_h² = λ_max(X_hᵀ X_h) (d_head×d_head symmetric eigenvalues). Cheap, and accurate
+      for σ_h (backward-stable Cholesky: the error in σ_h² is a few ulps of ‖W^Q_h‖²‖W^K_g‖²). Fails when
+      the key Gram is not numerically positive definite (rank-deficient W^K, e.g. d_model < d_head).
+    * ``"householder"``: R from Householder QR of both sides (``torch.linalg.qr``), then the d_head×d_head
+      SVD of R_A R_Bᵀ. Works for any rank; slower on CPU (LAPACK on tiny matrices).
+    * ``"auto"`` (default): Cholesky, and Householder when a key Gram is not positive definite.
 
     Grouped-query attention: query head h uses KV head g(h) = h // (n_head / n_kv_head) (consecutive
     query heads share a KV head). Each KV head is factored once; key weights are never copied.
@@ -117,19 +127,52 @@ def spectral_norms_exact(W_Q: Tensor, W_K: Tensor) -> Tensor:
     Args:
         W_Q: (n_head, d_model, d_head), q_h = x @ W_Q[h].
         W_K: (n_kv_head, d_model, d_head), n_kv_head divides n_head (n_kv_head = n_head: plain MHA).
+        method: "auto", "cholesky" or "householder".
     Returns:
         (n_head,) spectral norms in W_Q's (floating, at least fp32) dtype, same device.
     Raises:
-        ValueError: on wrong ranks/shapes or when n_kv_head does not divide n_head.
-    Source: linear algebra (arXiv 2602.18851 names the QR-core method).
+        ValueError: on wrong ranks/shapes, when n_kv_head does not divide n_head, on an unknown method, or
+            with method="cholesky" when a key Gram is not positive definite.
+    Source: linear algebra (arXiv 2602.18851 names the QR-core method; CholeskyQR is spanviz's choice).
     """
-    H, H_kv, _, dh = _check_qk_shapes(W_Q, W_K)
-    G = H // H_kv
-    R_A = torch.linalg.qr(_compute_dtype(W_Q), mode="r")[1]  # (H, k, d_head), k = min(d_model, d_head)
-    R_B = torch.linalg.qr(_compute_dtype(W_K), mode="r")[1]  # (H_kv, k, d_head): once per KV head
+    H, H_kv, _, _ = _check_qk_shapes(W_Q, W_K)
+    if method not in EXACT_METHODS:
+        raise ValueError(f"method must be one of {EXACT_METHODS}, got {method!r}")
+    A = _compute_dtype(W_Q)
+    B = W_K.to(A.dtype)
+    if method != "householder":
+        sigma = _qr_core_norms_cholesky(A, B)
+        if sigma is not None:
+            return sigma
+        if method == "cholesky":
+            raise ValueError(
+                "method='cholesky' needs positive definite key Grams W_Kᵀ W_K (full-rank W_K); "
+                "use method='auto' or 'householder'"
+            )
+    return _qr_core_norms_householder(A, B)
+
+
+def _qr_core_norms_cholesky(A: Tensor, B: Tensor) -> Tensor | None:
+    """σ_h = σ_max(A_h L_g) with B_gᵀ B_g = L_g L_gᵀ; None when some Cholesky fails. Shapes as above."""
+    H, d, dh = A.shape
+    H_kv = B.shape[0]
+    L, info = torch.linalg.cholesky_ex(B.mT @ B)  # (H_kv, d_head, d_head), once per KV head
+    if bool(info.any()):
+        return None
+    X = A.reshape(H_kv, H // H_kv, d, dh) @ L.unsqueeze(1)  # (H_kv, G, d, d_head); L broadcast, not copied
+    lam_max = torch.linalg.eigvalsh(X.mT @ X)[..., -1]  # largest eigenvalue of XᵀX = σ²
+    return lam_max.clamp_min(0).sqrt().reshape(H)
+
+
+def _qr_core_norms_householder(A: Tensor, B: Tensor) -> Tensor:
+    """σ_h = ‖R_A,h R_B,gᵀ‖₂ from Householder thin QR of both sides. Shapes as above."""
+    H, _, dh = A.shape
+    H_kv = B.shape[0]
+    R_A = torch.linalg.qr(A, mode="r")[1]  # (H, k, d_head), k = min(d_model, d_head)
+    R_B = torch.linalg.qr(B, mode="r")[1]  # (H_kv, k, d_head): once per KV head
     k = R_A.shape[-2]
     # Stack the G query heads of a group along rows: one bmm per KV head, no broadcast copies.
-    core = R_A.reshape(H_kv, G * k, dh) @ R_B.transpose(-1, -2).to(R_A.dtype)  # (H_kv, G·k, k)
+    core = R_A.reshape(H_kv, (H // H_kv) * k, dh) @ R_B.mT  # (H_kv, G·k, k)
     return torch.linalg.matrix_norm(core.reshape(H, k, k), ord=2)
 
 
@@ -179,7 +222,6 @@ class PowerIteration:
             v = torch.randn(H, d, generator=gen, dtype=torch.float64).to(device=A.device, dtype=A.dtype)
             v = v / v.norm(dim=-1, keepdim=True)
         tiny = torch.finfo(A.dtype).tiny
-        sigma = torch.zeros(H, dtype=A.dtype, device=A.device)
         for _ in range(self.n_iter):
             t = (v.view(H_kv, G, d) @ B).view(H, dh, 1)  # Bᵀv per head: (H, d_head, 1)
             u = (A @ t).squeeze(-1)  # (H, d_model) = M v
@@ -419,15 +461,15 @@ def fold_qk(block: nn.Module) -> FoldedQK:
     augmented = beta is not None or b_Q is not None or b_K is not None
 
     def fold(W: Tensor, b: Tensor | None) -> Tensor:
-        W_f = gain.view(1, d, 1) * W  # diag(g) W, (H, d, d_head)
         if not augmented:
-            return W_f
-        row = torch.zeros(W.shape[0], W.shape[2], dtype=W.dtype, device=W.device)  # (H, d_head)
-        if beta is not None:
-            row = row + torch.einsum("i,hij->hj", beta, W)
-        if b is not None:
-            row = row + b
-        return torch.cat([W_f, row.unsqueeze(1)], dim=1)  # (H, d + 1, d_head)
+            return gain.view(1, d, 1) * W  # diag(g) W, (H, d, d_head)
+        out = W.new_empty(W.shape[0], d + 1, W.shape[2])  # (H, d + 1, d_head): [diag(g) W ; β W + b]
+        torch.mul(gain.view(1, d, 1), W, out=out[:, :d])
+        if beta is None:
+            out[:, d] = b  # augmented by a q/k bias alone
+        else:
+            out[:, d] = beta @ W if b is None else beta @ W + b  # (d,) @ (H, d, d_head) -> (H, d_head)
+        return out
 
     d_head = W_Q.shape[2]
     rank = getattr(attn.W_Q, "rank", None) or d_head

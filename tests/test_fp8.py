@@ -9,6 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spanviz import fp8
 from spanviz.model import GPTConfig, TinyGPT
@@ -26,14 +28,50 @@ def _reference_norms(W_Q: torch.Tensor, W_K: torch.Tensor) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------------------- spectral norms
+@pytest.mark.parametrize("method", fp8.EXACT_METHODS)
 @pytest.mark.parametrize("n_head,n_kv_head,d,dh", [(4, 4, 48, 12), (8, 2, 64, 16), (6, 1, 40, 8), (2, 2, 6, 10)])
-def test_exact_spectral_norm_matches_dense_product(n_head, n_kv_head, d, dh):
+def test_exact_spectral_norm_matches_dense_product(n_head, n_kv_head, d, dh, method):
     gen = torch.Generator().manual_seed(n_head * 100 + d)
     W_Q = torch.randn(n_head, d, dh, generator=gen, dtype=torch.float64)
     W_K = torch.randn(n_kv_head, d, dh, generator=gen, dtype=torch.float64)
-    got = fp8.spectral_norms_exact(W_Q, W_K)
+    if method == "cholesky" and d < dh:
+        pytest.skip("d_model < d_head: W_K is rank-deficient, covered by the fallback test")
+    got = fp8.spectral_norms_exact(W_Q, W_K, method=method)
     assert got.shape == (n_head,)
     torch.testing.assert_close(got, _reference_norms(W_Q, W_K), rtol=1e-10, atol=1e-10)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n_kv_head=st.integers(1, 3),
+    group=st.integers(1, 3),
+    d=st.integers(1, 40),
+    dh=st.integers(1, 12),
+    log_scale=st.floats(-6, 6),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_exact_spectral_norm_methods_agree_fp32(n_kv_head, group, d, dh, log_scale, seed):
+    """fp32 weights of any shape and scale (incl. d_model < d_head): both methods match a float64 reference."""
+    gen = torch.Generator().manual_seed(seed)
+    W_Q = torch.randn(n_kv_head * group, d, dh, generator=gen) * 10**log_scale
+    W_K = torch.randn(n_kv_head, d, dh, generator=gen)
+    ref = _reference_norms(W_Q.double(), W_K.double())
+    for method in ("auto", "householder"):
+        got = fp8.spectral_norms_exact(W_Q, W_K, method=method)
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=0)
+
+
+def test_exact_spectral_norm_cholesky_needs_full_rank_keys_and_auto_falls_back():
+    gen = torch.Generator().manual_seed(3)
+    W_Q = torch.randn(4, 32, 8, generator=gen, dtype=torch.float64)
+    W_K = torch.randn(2, 32, 8, generator=gen, dtype=torch.float64)
+    W_K[1, :, 5] = 0  # KV head 1 has rank 7 < d_head: its Gram has a zero pivot
+    with pytest.raises(ValueError, match="method='cholesky'"):
+        fp8.spectral_norms_exact(W_Q, W_K, method="cholesky")
+    torch.testing.assert_close(fp8.spectral_norms_exact(W_Q, W_K), _reference_norms(W_Q, W_K), rtol=1e-10, atol=0)
+    with pytest.raises(ValueError, match="method must be one of"):
+        fp8.spectral_norms_exact(W_Q, W_K, method="svd")
 
 
 def test_exact_spectral_norm_rank_deficient_and_fp32():
@@ -100,17 +138,18 @@ def test_doc_numbers_gamma_and_tightening_factors():
     exponent ratios are ≈ 8 and ≈ 28 and the logit-bound ratios their square roots, ≈ 2.8 and ≈ 5.3.
     """
     delta = 1e-3
-    n_keys = int(math.exp(31.0) * delta / 2)
-    g_xl = fp8.solve_gamma(64, n_keys, delta)
+    n_xl = int(math.exp(31.0) * delta / 2)
+    g_xl = fp8.solve_gamma(64, n_xl, delta)
     assert g_xl == pytest.approx(3.1, abs=0.01)
     assert 1600 / (g_xl * 64) == pytest.approx(8.0, abs=0.15)
-    n_keys = int(math.exp(29.9) * delta / 2)
-    g_70b = fp8.solve_gamma(128, n_keys, delta)
+    n_70b = int(math.exp(29.9) * delta / 2)
+    g_70b = fp8.solve_gamma(128, n_70b, delta)
     assert g_70b == pytest.approx(2.3, abs=0.01)
     assert 8192 / (g_70b * 128) == pytest.approx(28.0, abs=0.5)
     # Magnitude ratio of the two max-logit bounds is the square root of the exponent ratio.
-    for d, dh, g in [(1600, 64, g_xl), (8192, 128, g_70b)]:
+    for d, dh, n_keys, g in [(1600, 64, n_xl, g_xl), (8192, 128, n_70b, g_70b)]:
         b = fp8.logit_bounds(1.0, d, dh, n_pairs=4096**2, n_keys=n_keys, delta=delta)
+        assert b["gamma"] == pytest.approx(g, rel=1e-9)
         b_ra_raw = b["alpha_star"] * b["worst_case"]
         b_agn_raw = b["alpha_agnostic"] * b["worst_case"]
         assert b_agn_raw / b_ra_raw == pytest.approx(math.sqrt(d / (b["gamma"] * dh)), rel=1e-9)
