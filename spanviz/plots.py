@@ -350,7 +350,9 @@ def span_blocks_figure(
     zmax = max(float(np.abs(b["block"]).max()) for b in bl) or 1.0
     fig.update_layout(
         title=title or "score-gradient blocks (rows: order = number of ⊥ projections)",
-        coloraxis={"colorscale": "RdBu", "cmid": 0.0, "cmin": -zmax, "cmax": zmax, "colorbar": {"x": -0.08, "len": 0.8}},
+        coloraxis={
+            "colorscale": "RdBu", "cmid": 0.0, "cmin": -zmax, "cmax": zmax, "colorbar": {"x": -0.08, "len": 0.8}
+        },
         barmode="group",
         height=170 * n_rows + 80,
         margin={"l": 60, "r": 10, "t": 60, "b": 40},

@@ -857,7 +857,9 @@ def principal_angle_cosines(X: Tensor, Y: Tensor) -> Tensor:
     Source: Björck & Golub (1973), the standard method.
     """
     if X.dim() < 2 or Y.dim() < 2 or X.shape[:-1] != Y.shape[:-1]:
-        raise ValueError(f"X and Y must have shapes (..., T, d_x) and (..., T, d_y), got {tuple(X.shape)} and {tuple(Y.shape)}")
+        raise ValueError(
+            f"X and Y must have shapes (..., T, d_x) and (..., T, d_y), got {tuple(X.shape)} and {tuple(Y.shape)}"
+        )
     qx = torch.linalg.qr(X.detach().double()).Q
     qy = torch.linalg.qr(Y.detach().double()).Q
     return torch.linalg.svdvals(qx.transpose(-2, -1) @ qy).clamp(0.0, 1.0)

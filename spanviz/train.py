@@ -828,7 +828,11 @@ class Trainer:
             elif last:
                 best = self.record.best_val_loss
                 self._end("finished", f"finished {cfg.steps} updates; best val loss {best:.4f}", checkpoint=True)
-            elif self.out_dir is not None and cfg.checkpoint_interval and self.step_count % cfg.checkpoint_interval == 0:
+            elif (
+                self.out_dir is not None
+                and cfg.checkpoint_interval
+                and self.step_count % cfg.checkpoint_interval == 0
+            ):
                 self._save_outputs(checkpoint=True)
         return row
 
@@ -866,7 +870,8 @@ class Trainer:
     def _diverge(self, what: str) -> None:
         clip = self.train_cfg.grad_clip
         hint = (f"try a lower lr (peak lr={self.train_cfg.lr:g})"
-                + (" or enable gradient clipping (grad_clip=1.0)" if clip is None else f" or a smaller grad_clip (now {clip:g})"))
+                + (" or enable gradient clipping (grad_clip=1.0)" if clip is None
+                   else f" or a smaller grad_clip (now {clip:g})"))
         kept = " The last good checkpoint is kept." if self.out_dir is not None else ""
         self._end("diverged", f"diverged: {what}; {hint}.{kept}", checkpoint=False)
 

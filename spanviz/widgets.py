@@ -496,7 +496,10 @@ class SpansPanel:
             c[name].observe(lambda _ch: self.update_head(), names="value")
         self.probe_every, self._probe_label = probe_every, "-"
         self.training = TrainingPanel(
-            self._specs, live=[LiveView("energy", self._energy_data, self._energy_build, self._energy_title)], data=data, store=store,
+            self._specs,
+            live=[LiveView("energy", self._energy_data, self._energy_build, self._energy_title)],
+            data=data,
+            store=store,
             trainer_factory=trainer_factory, static=self.static, refresh_hz=refresh_hz,
         )
         self.views.update({f"train/{k}": v for k, v in self.training.views.items()})
@@ -697,7 +700,8 @@ class LocalGlobalPanel:
 
     def _labels(self) -> list[str]:
         n_local, p = int(self.controls["n_local"].value), int(self.controls["window"].value)
-        return [f"head {h}: local (p={p})" if h < n_local else f"head {h}: global" for h in range(self.model_cfg.n_head)]
+        heads = range(self.model_cfg.n_head)
+        return [f"head {h}: local (p={p})" if h < n_local else f"head {h}: global" for h in heads]
 
     def _masks_figure(self) -> go.Figure:
         return plots.head_masks_figure(self.masks(), labels=self._labels())
@@ -754,11 +758,13 @@ def fp8_series(history: History, layer: int | None = None) -> dict[str, Any]:
     rows = [i for i, v in enumerate(history[f"fp8/L{picked[0]}/max_abs_logit"]) if v is not None]
 
     def col(name: str, reduce: Callable = np.max) -> np.ndarray:
-        m = np.array([[history[f"fp8/L{l}/{name}"][i] for l in picked] for i in rows], dtype=float)
+        m = np.array([[history[f"fp8/L{ell}/{name}"][i] for ell in picked] for i in rows], dtype=float)
         return reduce(m, axis=1) if len(rows) else np.zeros(0)
 
     strategies = plots.keys_under(history, f"fp8/L{picked[0]}/scale")
-    bound_names = {"worst case": "bound_worst_case", "rank-agnostic": "bound_agnostic", "rank-aware": "bound_rank_aware"}
+    bound_names = {
+        "worst case": "bound_worst_case", "rank-agnostic": "bound_agnostic", "rank-aware": "bound_rank_aware"
+    }
     return {
         "steps": np.array([history["step"][i] for i in rows], dtype=float),
         "observed": col("max_abs_logit"),
@@ -845,7 +851,10 @@ class FP8Panel:
         self.views.update({f"train/{k}": v for k, v in self.training.views.items()})
         self.controls.update(self.training.controls)
         self.widget = W.VBox([
-            W.HBox([W.VBox([c["rank"], c["delta"], c["margin"]]), W.VBox([c["spike_step"], c["spike_factor"], c["spike_steps"]])]),
+            W.HBox([
+                W.VBox([c["rank"], c["delta"], c["margin"]]),
+                W.VBox([c["spike_step"], c["spike_factor"], c["spike_steps"]]),
+            ]),
             W.HBox([self.views["bounds"].widget, self.scales]),
             self.training.widget,
         ])
@@ -895,7 +904,8 @@ class FP8Panel:
         m = 2.0 ** float(self.controls["margin"].value)
         fmax = fp8.FP8_MAX["e4m3"]
         lines = []
-        for label, key in (("deterministic", "worst_case"), ("rank-agnostic", "agnostic"), ("rank-aware", "rank_aware")):
+        bound_keys = (("deterministic", "worst_case"), ("rank-agnostic", "agnostic"), ("rank-aware", "rank_aware"))
+        for label, key in bound_keys:
             scale = fmax / (m * row[key]) if row[key] > 0 else 1.0
             used = row["observed_max"] * scale / fmax
             lines.append(f"<tr><td>{label}</td><td>{row[key]:.3g}</td><td>{scale:.3g}</td><td>{used:.1%}</td></tr>")

@@ -71,7 +71,8 @@ def test_resume_continues_to_the_requested_steps(wikitext_dir, tmp_path):
 @pytest.mark.parametrize(
     "flags, field",
     [(["--n-local", "5"], "n_local"), (["--window", "0", "--n-local", "1"], "window"),
-     (["--spans-preset", "kv8", "--alphas", "10"], "alphas"), (["--alphas", "1x00"], "alphas"), (["--spans-preset", "nope"], "preset"), (["--steps", "-1"], "steps"),
+     (["--spans-preset", "kv8", "--alphas", "10"], "alphas"), (["--alphas", "1x00"], "alphas"),
+     (["--spans-preset", "nope"], "preset"), (["--steps", "-1"], "steps"),
      (["--qk-rank", "99"], "qk_rank"), (["--d-model", "30", "--n-head", "4"], "d_model")],
 )
 def test_bad_flags_fail_fast_with_the_field_named(wikitext_dir, flags, field, capsys):

@@ -54,7 +54,8 @@ def test_run_grid_trains_once_then_replays_from_the_store(data, trainers, tmp_pa
     first = run_grid(variants(data), [0, 1], data, store=ResultsStore(tmp_path), tags={"experiment": "demo"},
                      progress=lambda done, total, label: calls.append((done, total, label)))
     assert len(trainers) == 4 and len(first) == 4
-    assert [label for _, _, label in calls] == ["standard seed 0", "standard seed 1", "high_lr seed 0", "high_lr seed 1"]
+    expected = ["standard seed 0", "standard seed 1", "high_lr seed 0", "high_lr seed 1"]
+    assert [label for _, _, label in calls] == expected
     assert [(d, t) for d, t, _ in calls] == [(1, 4), (2, 4), (3, 4), (4, 4)]
     assert len(ResultsStore(tmp_path).list()) == 4
 

@@ -393,7 +393,7 @@ def test_grouped_needs_few_projections():
     for alphas, most in (("1000", 3), ("1100", 4), ("1110", 4), ([0.5, 2.0, -1.0, 3.0], 4)):
         count = []
         ops = [
-            (lambda M, f=f: (count.append(1), f(M))[1])
+            (lambda M, f=f, count=count: (count.append(1), f(M))[1])
             for f in spans._slot_ops(cfg.slots, P)
         ]
         spans._order_scaled(dS, ops, spans.parse_alphas(alphas))
@@ -538,9 +538,11 @@ def test_principal_angles_and_condition():
     theta = 0.3
     X = e[:, :1]
     Y = (math.cos(theta) * e[:, 0] + math.sin(theta) * e[:, 1])[:, None]
-    torch.testing.assert_close(spans.principal_angle_cosines(X, Y), torch.tensor([math.cos(theta)], dtype=torch.float64))
+    expected = torch.tensor([math.cos(theta)], dtype=torch.float64)
+    torch.testing.assert_close(spans.principal_angle_cosines(X, Y), expected)
     torch.testing.assert_close(spans.principal_angle_cosines(e[:, :2], e[:, 2:]), torch.zeros(1, dtype=torch.float64))
-    torch.testing.assert_close(spans.principal_angle_cosines(e[:, :2], e[:, :2] * 3), torch.ones(2, dtype=torch.float64))
+    same = spans.principal_angle_cosines(e[:, :2], e[:, :2] * 3)
+    torch.testing.assert_close(same, torch.ones(2, dtype=torch.float64))
     Z = torch.zeros(5, 2, dtype=torch.float64)
     Z[0, 0], Z[1, 1] = 4.0, 0.5
     assert spans.gram_condition(Z).item() == pytest.approx(64.0)

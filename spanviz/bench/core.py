@@ -144,7 +144,8 @@ from spanviz.train import TrainConfig, Trainer
 data_dir, steps, device = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 data = prepare_tokens(data_dir=data_dir, splits={"train": "validation", "eval": "test"}, max_vocab=8192)
 cfg = GPTConfig(**{**NOTEBOOK_CONFIG, "vocab_size": data.vocab_size})
-trainer = Trainer(cfg, TrainConfig(steps=steps + 5, batch_size=NOTEBOOK_BATCH, warmup_steps=0, eval_interval=10**9, device=device), data)
+train_cfg = TrainConfig(steps=steps + 5, batch_size=NOTEBOOK_BATCH, warmup_steps=0, eval_interval=10**9, device=device)
+trainer = Trainer(cfg, train_cfg, data)
 trainer.step(5)  # warm-up
 t0 = time.perf_counter()
 trainer.step(steps)
@@ -163,7 +164,10 @@ def bench_notebook(data_dir: str, steps: int = 40, device: str = "cpu") -> dict:
     if out.returncode != 0:
         raise RuntimeError(f"notebook benchmark failed:\n{out.stderr[-2000:]}")
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    result.update(targets={"steps_per_s": ">= 2", "peak_rss_mb": "<= 1536"}, config={**NOTEBOOK_CONFIG, "batch_size": NOTEBOOK_BATCH})
+    result.update(
+        targets={"steps_per_s": ">= 2", "peak_rss_mb": "<= 1536"},
+        config={**NOTEBOOK_CONFIG, "batch_size": NOTEBOOK_BATCH},
+    )
     return result
 
 

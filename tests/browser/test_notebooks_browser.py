@@ -62,14 +62,15 @@ def test_notebook_in_browser(notebook: str, lab: dict, browser, screenshot_dir: 
         old, new = nb.move_slider(label, key, presses)
         assert old != new
         try:
-            changed = nb.wait_for_plot_change(before, timeout=60)
+            nb.wait_for_plot_change(before, timeout=60)  # raises when nothing changed
         except AssertionError:
             shot = tmp_path / f"FAILED-{Path(notebook).stem}.png"
             nb.page.screenshot(path=str(shot))
             kernel = nb.kernel_eval(
                 "print({k: getattr(c, 'value', None) for k, c in panel.controls.items()}, "
                 "{k: (v.updates, v.rebuilds) for k, v in panel.views.items()}, panel.training.runner.state)")
-            raise AssertionError(f"moving {label!r} from {old} to {new} changed no figure (screenshot {shot}); kernel: {kernel}; status "
+            raise AssertionError(f"moving {label!r} from {old} to {new} changed no figure (screenshot {shot}); "
+                                 f"kernel: {kernel}; status "
                                  f"{nb.status()!r}; console:\n" + "\n".join(nb.console[-30:])) from None
         timings["slider"] = time.monotonic() - t0
         nb.slider(label).evaluate("el => el.scrollIntoView({block: 'start'})")
