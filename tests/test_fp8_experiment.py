@@ -81,3 +81,21 @@ def test_argument_errors(synthetic):
         exp.WeightSwap(at_step=1, scale_wq=0.0)
     with pytest.raises(ValueError, match="at_step"):
         exp.WeightSwap(at_step=-1, scale_wq=2.0)
+
+
+# ============================================================================================ benchmark
+def test_bench_fp8_structure_and_consistency():
+    """One interleaved repeat: the report's keys, its percentages, and the power estimate never above σ."""
+    from spanviz.bench.fp8 import bench_fp8
+
+    res = bench_fp8("cpu", repeats=1, threads=1)
+    json.dumps(res)
+    assert res["torch_threads"] == 1 and res["config"]["d_model"] == 128
+    for name in ("exact", "exact_householder", "power_step", "power_step_prefolded"):
+        assert res[f"{name}_ms"] > 0
+        assert res[f"{name}_pct"] == pytest.approx(100 * res[f"{name}_ms"] / res["train_step_ms"])
+    assert 0.5 < res["power_step_ratio"] <= 1 + 1e-5  # 5 warm-started steps so far; never an over-estimate
+    assert set(res["targets"]) == {"exact_pct", "power_step_pct"}
+    for bad in ({"repeats": 0}, {"threads": 0}, {"device": "nonsense"}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            bench_fp8(**bad)

@@ -6,7 +6,8 @@ config (d_model 128, 2 layers, 4 heads, T 128, batch 16, vocab 8192), in one run
 (see :func:`spanviz.bench.core.interleaved_medians`):
 
 * ``exact``: fold LayerNorm gain/bias and q/k biases into the weights, then the thin-QR core method for
-  all heads of all layers (target <= 2 %);
+  all heads of all layers (target <= 2 %), with R from a Cholesky of the key Gram (the default);
+  ``exact_householder``: the same with Householder QR (``method="householder"``), for comparison;
 * ``power_step``: fold, then one warm-started implicit power iteration for all layers (target <= 0.5 %);
   ``power_step_prefolded``: the iteration alone, on weights folded beforehand.
 
@@ -39,8 +40,8 @@ def bench_fp8(device: str = "cpu", repeats: int = 30, seed: int = 0, threads: in
             None = as set. On an oversubscribed machine small linear algebra with 2+ threads can be
             10–20× slower than with 1 (thread synchronisation), so compare both.
     Returns:
-        dict: ``config``, ``device``, ``torch_threads``, ``train_step_ms``, ``exact_ms``, ``power_step_ms``,
-        ``power_step_prefolded_ms``, ``exact_pct``, ``power_step_pct``, ``power_step_prefolded_pct``
+        dict: ``config``, ``device``, ``torch_threads``, ``train_step_ms``, ``exact_ms``,
+        ``exact_householder_ms``, ``power_step_ms``, ``power_step_prefolded_ms``, and each ``*_pct``
         (percent of ``train_step_ms``), ``targets``, ``power_step_ratio`` (warm 1-step estimate over the
         exact σ, min over layers, after the timing loop — ≈ 1 once warm, always <= 1).
     Raises:
@@ -74,6 +75,11 @@ def _bench(dev: torch.device, repeats: int, seed: int) -> dict:
         for b in blocks:
             fp8.layer_sigma(b)
 
+    def exact_householder() -> None:
+        for b in blocks:
+            f = fp8.fold_qk(b)
+            fp8.spectral_norms_exact(f.W_Q, f.W_K, method="householder").max()
+
     def power_step() -> None:
         for b, pi in zip(blocks, iterations):
             f = fp8.fold_qk(b)
@@ -84,8 +90,8 @@ def _bench(dev: torch.device, repeats: int, seed: int) -> dict:
             pi(f.W_Q, f.W_K).max()
 
     med = interleaved_medians(
-        {"train_step": make_train_step(model, x, y), "exact": exact, "power_step": power_step,
-         "power_step_prefolded": power_step_prefolded},
+        {"train_step": make_train_step(model, x, y), "exact": exact, "exact_householder": exact_householder,
+         "power_step": power_step, "power_step_prefolded": power_step_prefolded},
         repeats, device=dev,
     )  # fmt: skip
     ratio = min(
@@ -99,9 +105,11 @@ def _bench(dev: torch.device, repeats: int, seed: int) -> dict:
         "torch_threads": torch.get_num_threads(),
         "train_step_ms": 1e3 * step,
         "exact_ms": 1e3 * med["exact"],
+        "exact_householder_ms": 1e3 * med["exact_householder"],
         "power_step_ms": 1e3 * med["power_step"],
         "power_step_prefolded_ms": 1e3 * med["power_step_prefolded"],
         "exact_pct": 100 * med["exact"] / step,
+        "exact_householder_pct": 100 * med["exact_householder"] / step,
         "power_step_pct": 100 * med["power_step"] / step,
         "power_step_prefolded_pct": 100 * med["power_step_prefolded"] / step,
         "power_step_ratio": ratio,
