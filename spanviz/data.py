@@ -79,6 +79,17 @@ OFFLINE_SPLITS: Mapping[str, str] = {"train": "validation", "eval": "test"}
 """The choice for the shared offline copy, which has no train split: train on validation, evaluate on
 test (and say so in the run record: see :attr:`TokenData.splits`)."""
 
+
+def splits_from_env(local: bool) -> dict[str, str]:
+    """Role → split from ``SPANVIZ_TRAIN_SPLIT`` / ``SPANVIZ_EVAL_SPLIT``, each defaulting to
+    :data:`OFFLINE_SPLITS` for a local folder (``local=True``) or :data:`DEFAULT_SPLITS` for the hub.
+    (``scripts/setup.sh`` exports both variables when it finds the shared offline copy.)"""
+    base = OFFLINE_SPLITS if local else DEFAULT_SPLITS
+    return {
+        "train": os.environ.get("SPANVIZ_TRAIN_SPLIT") or base["train"],
+        "eval": os.environ.get("SPANVIZ_EVAL_SPLIT") or base["eval"],
+    }
+
 ENV_DATA_DIR = "SPANVIZ_WIKITEXT_DIR"
 ENV_OFFLINE = "SPANVIZ_OFFLINE"
 ENV_HOME = "SPANVIZ_HOME"

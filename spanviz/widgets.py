@@ -23,12 +23,15 @@ kernel stays responsive; Stop ends a run after the current optimizer step; error
 
 from __future__ import annotations
 
+import contextlib
 import html
+import io
 import json
 import logging
 import os
 import sys
 import threading
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -231,16 +234,17 @@ _DATA_CACHE: dict[Any, Any] = {}
 def default_data(data_dir: str | None = None, max_vocab: int = 8192) -> Any:
     """WikiText-2 token ids for the panels (cached per process).
 
-    With a local folder (``data_dir`` or ``SPANVIZ_WIKITEXT_DIR``) trains on the validation split and
-    evaluates on the test split (the offline copy has no train split); otherwise the hub's train/validation.
+    Splits follow :func:`spanviz.data.splits_from_env`: ``SPANVIZ_TRAIN_SPLIT`` / ``SPANVIZ_EVAL_SPLIT``, else
+    with a local folder (``data_dir`` or ``SPANVIZ_WIKITEXT_DIR``) train on validation and evaluate on test
+    (the offline copy has no train split), else the hub's train/validation.
     Returns a :class:`spanviz.data.TokenData`. Raises what :func:`spanviz.data.prepare_tokens` raises.
     """
     from spanviz import data as sdata
 
     folder = data_dir or os.environ.get("SPANVIZ_WIKITEXT_DIR")
-    key = (folder, max_vocab)
+    splits = sdata.splits_from_env(local=bool(folder))
+    key = (folder, max_vocab, tuple(splits.items()))
     if key not in _DATA_CACHE:
-        splits = dict(sdata.OFFLINE_SPLITS) if folder else None
         _DATA_CACHE[key] = sdata.prepare_tokens(folder, splits=splits, max_vocab=max_vocab)
     return _DATA_CACHE[key]
 
@@ -309,6 +313,7 @@ class TrainingPanel:
         self.status = W.HTML("ready")
         self.error = W.HTML("")
         self.replayed: list[str] = []
+        self._reports: list[tuple[W.Output, Callable[[dict[str, History]], Any]]] = []
         self.widget = W.VBox(
             [W.HBox([start, stop, progress, self.status]), self.error, *[v.widget for v in self.views.values()]]
         )
@@ -382,6 +387,46 @@ class TrainingPanel:
         """``{label: history}`` of the last run so far."""
         return self.runner.snapshot()
 
+    def report(self, fn: Callable[[dict[str, History]], Any]) -> W.Output:
+        """An area that shows ``fn(histories)`` whenever a run has ended (and now, if none is running).
+
+        Training runs in the background, so a cell that reads the results right after ``train()`` would see a
+        half-finished run. ``report`` waits instead: what ``fn`` prints (and its return value, if not None) is
+        redrawn into the returned ``Output`` after every run (done, stopped or failed), so pressing Train
+        again refreshes it. While a run is in progress the area says so.
+
+        Args:
+            fn: ``fn({label: history}) -> Any``, e.g. a function printing a table of best validation losses.
+        Returns:
+            an ``ipywidgets.Output`` to display (the last expression of a cell).
+        Errors raised by ``fn`` are shown in the area (with the traceback), not raised.
+        """
+        out = W.Output()
+        self._reports.append((out, fn))
+        if self.runner.running:
+            out.append_stdout("training in progress: the results appear here when the run ends\n")
+        else:
+            self._render_report(out, fn)
+        return out
+
+    def _render_report(self, out: W.Output, fn: Callable[[dict[str, History]], Any]) -> None:
+        # Captured text goes in with append_stdout: no kernel "current cell" is involved, so this works from
+        # a callback on the event loop and outside a kernel alike.
+        buffer = io.StringIO()
+        result = None
+        with contextlib.redirect_stdout(buffer):
+            if self.runner.state in ("stopped", "error"):
+                done, total = self.runner.progress
+                print(f"(run {self.runner.state} after {done}/{total} steps)")
+            try:
+                result = fn(self.histories)
+            except Exception:  # noqa: BLE001 - shown where the results would be, not lost
+                print(traceback.format_exc())
+        out.outputs = ()
+        out.append_stdout(buffer.getvalue())
+        if result is not None:
+            out.append_display_data(result)
+
     # -------------------------------------------------------------------------------------- callbacks
     def refresh(self, histories: Mapping[str, History] | None = None) -> None:
         """Redraw the live views from ``histories`` (default: the runner's snapshot)."""
@@ -407,6 +452,8 @@ class TrainingPanel:
             self.status.value = f"<b style='color:#b00'>error</b> after {done}/{total} steps"
         else:
             self.status.value = f"{runner.state}: {done}/{total} steps"
+        for out, fn in self._reports:
+            self._render_report(out, fn)
 
     def _show_error(self, exc: BaseException | None, text: str | None) -> None:
         detail = html.escape(text or f"{type(exc).__name__}: {exc}")

@@ -350,3 +350,51 @@ def test_append_rows_backfills_new_keys_and_job_validation():
     with pytest.raises(RuntimeError, match="already in progress"):
         runner.start([Job("b", steps=1, make_trainer=lambda: FakeTrainer(1))], blocking=False)
     assert runner.stop(timeout=1.0)
+
+
+def _stdout(out) -> str:
+    return "".join(o.get("text", "") for o in out.outputs if o.get("name") == "stdout")
+
+
+def test_report_waits_for_the_run_and_refreshes_after_each():
+    panel = fake_panel(steps=30, delay=0.01)
+    seen: list[dict] = []
+
+    def last_losses(histories):
+        seen.append({k: len(h.get("step", [])) for k, h in histories.items()})
+        for label, h in histories.items():
+            print(f"{label}: last train loss {h['train_loss'][-1]:.2f}")
+
+    panel.train(blocking=False)
+    out = panel.report(last_losses)
+    assert "in progress" in _stdout(out) and seen == []  # nothing half-finished is reported
+    assert panel.runner.join(10)
+    deadline = time.monotonic() + 5
+    while not seen and time.monotonic() < deadline:  # on_finish is delivered right after the thread ends
+        time.sleep(0.01)
+    assert seen == [{"a": 30, "b": 30}]
+    assert _stdout(out) == "a: last train loss 4.71\nb: last train loss 4.71\n"
+
+    panel.train(blocking=True)  # Train again: the same area is redrawn, not appended to
+    assert len(seen) == 2 and _stdout(out).count("a: last train loss") == 1
+
+    failing = fake_panel(steps=5, fail_at=2)
+    with pytest.raises(RuntimeError, match="boom"):
+        failing.train(blocking=True)
+    broken = failing.report(lambda h: 1 / 0)  # not running: drawn at once; fn's own error is shown, not raised
+    text = _stdout(broken)
+    assert "(run error after" in text and "ZeroDivisionError" in text
+    shown = failing.report(sorted)  # a return value is displayed below the printout
+    assert shown.outputs[-1]["output_type"] == "display_data"
+    assert shown.outputs[-1]["data"]["text/plain"] == "['a', 'b']"
+
+
+def test_default_data_follows_the_split_environment(wikitext_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPANVIZ_HOME", str(tmp_path))
+    monkeypatch.delenv("SPANVIZ_WIKITEXT_DIR", raising=False)
+    monkeypatch.delenv("SPANVIZ_TRAIN_SPLIT", raising=False)
+    monkeypatch.delenv("SPANVIZ_EVAL_SPLIT", raising=False)
+    assert widgets.default_data(str(wikitext_dir), max_vocab=512).splits == {"train": "validation", "eval": "test"}
+    monkeypatch.setenv("SPANVIZ_TRAIN_SPLIT", "test")
+    monkeypatch.setenv("SPANVIZ_EVAL_SPLIT", "validation")
+    assert widgets.default_data(str(wikitext_dir), max_vocab=512).splits == {"train": "test", "eval": "validation"}
