@@ -203,7 +203,8 @@ class Attention(nn.Module):
         mask_mod: predicate (b, h, q_idx, kv_idx) → bool tensor, True where key kv_idx may be attended.
         score_grad_fn: (dS, q, k, v) → dS', applied to the gradient of the pre-mask scores (B, H, T, T);
             q, k, v (B, H, T, d_head) are detached. Forces the explicit path while gradients are on.
-        qk_grad_fn: (grad, x) → grad', applied to ∂L/∂q with x = q and to ∂L/∂k with x = k (B, H, T, d_head).
+        qk_grad_fn: (grad, x, side) → grad', applied to ∂L/∂q with x = q, side "q", and to ∂L/∂k with x = k,
+            side "k" (B, H, T, d_head).
     """
 
     def __init__(self, cfg: GPTConfig, layer: int) -> None:
@@ -227,7 +228,7 @@ class Attention(nn.Module):
         self.causal_only = cfg.n_local == 0
         self.mask_mod = local_global.head_mask_mod(n_local=cfg.n_local, window=cfg.window)
         self.score_grad_fn: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor] | None = None
-        self.qk_grad_fn: Callable[[Tensor, Tensor], Tensor] | None = None
+        self.qk_grad_fn: Callable[[Tensor, Tensor, str], Tensor] | None = None
         self._masks: dict[tuple, Tensor] = {}
         for name in HOOK_NAMES:
             setattr(self, name, HookPoint())
@@ -295,8 +296,8 @@ class Attention(nn.Module):
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)  # each (B, H, T, d_head)
         if self.qk_grad_fn is not None and q.requires_grad:
             fn, q_ref, k_ref = self.qk_grad_fn, q.detach(), k.detach()
-            q.register_hook(lambda g: fn(g, q_ref))
-            k.register_hook(lambda g: fn(g, k_ref))
+            q.register_hook(lambda g: fn(g, q_ref, "q"))
+            k.register_hook(lambda g: fn(g, k_ref, "k"))
         if self.needs_explicit(torch.is_grad_enabled()):
             y = self._explicit(q, k, v)
         else:

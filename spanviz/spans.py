@@ -73,7 +73,7 @@ MAX_SLOTS = 6  # 64 blocks; more is allowed by the math but useless for teaching
 
 Slot = tuple[str, str]
 ScoreGradFn = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
-QKGradFn = Callable[[Tensor, Tensor], Tensor]
+QKGradFn = Callable[[Tensor, Tensor, str], Tensor]
 
 
 # ------------------------------------------------------------------------------------------ α parsing
@@ -564,39 +564,49 @@ def _score_transform(cfg: SpanConfig, method: str, dS: Tensor, q: Tensor, k: Ten
 
 # ------------------------------------------------------------------------------ qk4 closed form
 
-def _qk4_alphas(cfg: SpanConfig) -> tuple[float, float] | None:
-    """(α on Π, α on Π^⊥) of the qk4 closed form, or None when q and k would need different ones."""
+QK_SIDES = ("q", "k")
+
+
+def _qk4_alphas(cfg: SpanConfig, side: str) -> tuple[float, float]:
+    """(α on Π_X, α on Π_X^⊥) of the qk4 closed form for ∂L/∂q (side "q") or ∂L/∂k (side "k").
+
+    dQ = dS' K/√d: Π_K^⊥ K = 0 removes the blocks with Π_K^⊥ (S3, S4), leaving S1 (α on Π_Q) and S2
+    (α on Π_Q^⊥). dK = dS'ᵀ Q/√d: Π_Q^⊥ Q = 0 removes S2 and S4, leaving S1 and S3 (α on Π_K^⊥).
+    """
     if cfg.block_alphas is None:
         return cfg.alphas[0], cfg.alphas[1]
-    w00, w10, w01, _ = cfg.block_alphas  # S1 = Π_Q dS Π_K, S2 = Π_Q^⊥ dS Π_K, S3 = Π_Q dS Π_K^⊥
-    return (w00, w10) if w10 == w01 else None
+    w1, w2, w3, _ = cfg.block_alphas  # S1 = Π_Q dS Π_K, S2 = Π_Q^⊥ dS Π_K, S3 = Π_Q dS Π_K^⊥, S4 both ⊥
+    return (w1, w2) if side == "q" else (w1, w3)
 
 
-def scale_qk_grad(grad: Tensor, x: Tensor, cfg: SpanConfig) -> Tensor:
-    """qk4 closed form: grad' = α0 Π_X grad + α1 Π_X^⊥ grad, with Π_X from X = q (for dQ) or k (for dK).
+def scale_qk_grad(grad: Tensor, x: Tensor, cfg: SpanConfig, side: str = "q") -> Tensor:
+    """qk4 closed form: grad' = a Π_X grad + b Π_X^⊥ grad, with Π_X from X = q (for dQ) or k (for dK).
 
     Equal to the explicit qk4 4-block sum pushed through dQ = dS K/√d and dK = dSᵀ Q/√d (Π_K K = K,
-    Π_K^⊥ K = 0); the order-2 block never reaches dQ or dK, so α2 (and α3) have no effect.
+    Π_K^⊥ K = 0): with order α, (a, b) = (α0, α1) on both sides; with ``block_alphas`` (S1..S4),
+    (a, b) = (S1, S2) for dQ and (S1, S3) for dK. The order-2 block S4 never reaches dQ or dK, so α2 (and
+    α3) have no effect.
 
     Args:
         grad: ∂L/∂q or ∂L/∂k, (..., T, d_head).
         x: q or k (same shape), treated as a constant.
         cfg: a SpanConfig with preset "qk4".
+        side: "q" when grad is ∂L/∂q (x = q), "k" when it is ∂L/∂k (x = k).
     Returns:
         grad' with grad's shape and dtype (computed in float32, or float64 for float64 input).
     Raises:
-        ValueError: cfg not qk4, block_alphas with S2 ≠ S3, or shapes differ.
+        ValueError: cfg not qk4, an unknown side, or shapes differ.
     Source: spanviz reconstruction of the paper's "reductionistic" 4-component variant.
     """
     if not isinstance(cfg, SpanConfig) or cfg.preset != "qk4":
         raise ValueError(f"cfg must be a SpanConfig with preset='qk4', got {cfg!r}")
-    pair = _qk4_alphas(cfg)
-    if pair is None:
-        raise ValueError(f"block_alphas must give S2 and S3 the same α for the qk4 closed form, got {cfg.block_alphas}")
+    if side not in QK_SIDES:
+        raise ValueError(f"side must be one of {QK_SIDES}, got {side!r}")
     if not isinstance(grad, Tensor) or not isinstance(x, Tensor) or grad.shape != x.shape or grad.dim() < 2:
         raise ValueError(f"grad and x must be tensors of the same shape (..., T, d_head), got "
                          f"{getattr(grad, 'shape', grad)!r} and {getattr(x, 'shape', x)!r}")
-    return _qk_transform(pair[0], pair[1], cfg.ridge, grad, x)
+    alpha_par, alpha_perp = _qk4_alphas(cfg, side)
+    return _qk_transform(alpha_par, alpha_perp, cfg.ridge, grad, x)
 
 
 def _qk_transform(alpha_par: float, alpha_perp: float, ridge: float, grad: Tensor, x: Tensor) -> Tensor:
@@ -618,10 +628,9 @@ def build_grad_fns(cfg: SpanConfig) -> tuple[ScoreGradFn | None, QKGradFn | None
         (score_grad_fn, None) for kv8, qkv8 and custom slots: ``score_grad_fn(dS, q, k, v) -> dS'`` with
         dS (B, H, T, T) the gradient of the pre-mask scores and q, k, v (B, H, T, d_head) detached; it
         forces the explicit attention path.
-        (None, qk_grad_fn) for qk4: ``qk_grad_fn(grad, x) -> grad'`` applied to ∂L/∂q with x = q and to
-        ∂L/∂k with x = k (the closed form; works with fused attention). If ``block_alphas`` give S2 and S3
-        different α the closed form does not exist as one q/k function, and qk4 falls back to the score
-        path.
+        (None, qk_grad_fn) for qk4: ``qk_grad_fn(grad, x, side) -> grad'`` applied to ∂L/∂q with x = q,
+        side "q", and to ∂L/∂k with x = k, side "k" (the closed form :func:`scale_qk_grad`; works with
+        fused attention, for order α and for ``block_alphas`` alike).
         The hooks are installed even when every α is 1 (they then return the gradient unchanged).
     Raises:
         ValueError: cfg is not a SpanConfig.
@@ -629,10 +638,11 @@ def build_grad_fns(cfg: SpanConfig) -> tuple[ScoreGradFn | None, QKGradFn | None
     """
     if not isinstance(cfg, SpanConfig):
         raise ValueError(f"cfg must be a SpanConfig, got {type(cfg).__name__}")
-    if cfg.preset == "qk4" and _qk4_alphas(cfg) is not None:
-        alpha_par, alpha_perp = _qk4_alphas(cfg)
+    if cfg.preset == "qk4":
+        pairs = {side: _qk4_alphas(cfg, side) for side in QK_SIDES}
 
-        def qk_grad_fn(grad: Tensor, x: Tensor) -> Tensor:
+        def qk_grad_fn(grad: Tensor, x: Tensor, side: str) -> Tensor:
+            alpha_par, alpha_perp = pairs[side]
             return _qk_transform(alpha_par, alpha_perp, cfg.ridge, grad, x)
 
         return None, qk_grad_fn
@@ -832,7 +842,7 @@ def grad_alignment(capture: ScoreGradCapture, cfg: SpanConfig) -> dict[str, Tens
         dS2 = score_fn(dS, q, k, v)
         dq2, dk2 = dS2 @ k * scale, dS2.transpose(-2, -1) @ q * scale
     else:
-        dq2, dk2 = qk_fn(dq, q), qk_fn(dk, k)
+        dq2, dk2 = qk_fn(dq, q, "q"), qk_fn(dk, k, "k")
     out = {}
     for name, g, g2 in (("dq", dq, dq2), ("dk", dk, dk2)):
         g, g2 = g.double(), g2.double()

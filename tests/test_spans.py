@@ -296,8 +296,26 @@ def test_qk4_closed_form_equals_explicit_sum_and_ignores_alpha2(T, d, seed, a, a
         dS2 = spans.scale_score_grad(dS, q, k, v, c, method="blocks")  # explicit 4-block sum
         torch.testing.assert_close(spans.scale_qk_grad(dS @ k * s, q, c), dS2 @ k * s, atol=1e-9 * scale, rtol=0)
         torch.testing.assert_close(
-            spans.scale_qk_grad(dS.mT @ q * s, k, c), dS2.mT @ q * s, atol=1e-9 * scale, rtol=0
+            spans.scale_qk_grad(dS.mT @ q * s, k, c, side="k"), dS2.mT @ q * s, atol=1e-9 * scale, rtol=0
         )
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    T=st.integers(1, 12), d=st.integers(1, 5), seed=st.integers(0, 10_000),
+    w=st.lists(st.floats(-2, 2, allow_nan=False), min_size=4, max_size=4),
+)
+def test_qk4_closed_form_with_block_alphas_equals_explicit_sum(T, d, seed, w):
+    """Per-block α (S1..S4, S2 ≠ S3 allowed): dQ sees S1/S2, dK sees S1/S3, as the explicit sum says."""
+    dS, q, k, v = random_qkv(2, 1, T, d, seed)
+    s = 1 / math.sqrt(d)
+    cfg = SpanConfig(block_alphas=w, preset="qk4", ridge=0.0)
+    scale = (dS.abs().max() * q.abs().max() * T).item()
+    dS2 = spans.scale_score_grad(dS, q, k, v, cfg, method="blocks")  # explicit 4-block sum
+    torch.testing.assert_close(spans.scale_qk_grad(dS @ k * s, q, cfg, "q"), dS2 @ k * s, atol=1e-9 * scale, rtol=0)
+    torch.testing.assert_close(
+        spans.scale_qk_grad(dS.mT @ q * s, k, cfg, "k"), dS2.mT @ q * s, atol=1e-9 * scale, rtol=0
+    )
 
 
 def test_qk4_alpha2_changes_nothing_in_model():
@@ -501,11 +519,26 @@ def test_layers_select_where_hooks_go():
     assert model.blocks[0].attn.score_grad_fn is None and model.blocks[1].attn.score_grad_fn is not None
 
 
-def test_qk4_unequal_block_alphas_fall_back_to_score_path():
-    score_fn, qk_fn = spans.build_grad_fns(SpanConfig(preset="qk4", block_alphas=[1, 0, 1, 0]))
-    assert score_fn is not None and qk_fn is None
-    score_fn, qk_fn = spans.build_grad_fns(SpanConfig(preset="qk4", block_alphas=[1, 0.5, 0.5, 9]))
+def test_qk4_block_alphas_stay_fused_and_match_the_explicit_path_in_a_model():
+    """S2 ≠ S3: the q/k hooks (fused attention) give the same weight gradients as the explicit score path."""
+    block_alphas = [1.0, 0.0, 0.5, 9.0]
+    score_fn, qk_fn = spans.build_grad_fns(SpanConfig(preset="qk4", block_alphas=block_alphas))
     assert score_fn is None and qk_fn is not None
+    fused = make_model(SpanConfig(preset="qk4", block_alphas=block_alphas, ridge=0.0))
+    explicit = make_model(SpanConfig(preset="custom", slots=spans.PRESET_SLOTS["qk4"], block_alphas=block_alphas,
+                                     ridge=0.0))
+    explicit.load_state_dict(fused.state_dict())
+    batch = tiny_batch()
+    g_fused, g_explicit = grads_of(fused, batch)[2], grads_of(explicit, batch)[2]
+    assert g_fused.keys() == g_explicit.keys()
+    for name in g_fused:
+        torch.testing.assert_close(g_fused[name], g_explicit[name], rtol=1e-4, atol=1e-6)
+    plain = make_model()
+    plain.load_state_dict(fused.state_dict())
+    g_plain = grads_of(plain, batch)[2]
+    assert not torch.allclose(g_fused["blocks.0.attn.W_Q.weight"], g_plain["blocks.0.attn.W_Q.weight"])
+    with pytest.raises(ValueError, match="side"):
+        spans.scale_qk_grad(torch.zeros(3, 2), torch.ones(3, 2), SpanConfig(preset="qk4"), side="v")
 
 
 # ---------------------------------------------------------------------------------- diagnostics
