@@ -176,6 +176,11 @@ class LabPage:
                                 lambda: (t := readout.inner_text()) != before and t, timeout=15)
         return before, after
 
+    def output_text(self, pattern: str) -> str | None:
+        """The text of the first widget output area (an ipywidgets ``Output``) matching ``pattern``, or None."""
+        texts = self.page.eval_on_selector_all(".jupyter-widgets.widget-output", "els => els.map(e => e.innerText)")
+        return next((t for t in texts if re.search(pattern, t)), None)
+
     def button(self, text: str) -> Locator:
         return self.page.locator("button.jupyter-button", has_text=re.compile(rf"^\s*{re.escape(text)}\s*$")).first
 

@@ -25,6 +25,11 @@ CASES = {
     "02_local_global_heads.ipynb": ("n_local (local heads)", "ArrowLeft", 1, 5),
     "03_fp8_logit_bounds.ipynb": ("rank r", "ArrowLeft", 4, 3),
 }
+# notebook → what its `panel.training.report(...)` area prints once a run has ended.
+REPORTS = {
+    "01_spans_and_violations.ipynb": r"(best val loss|no evaluation yet)",
+    "03_fp8_logit_bounds.ipynb": r"E4M3 overflows over the run",
+}
 RUNNING = r"^[1-9]\d*/\d+ steps"      # "12/200000 steps · 3.1 steps/s": at least one step done
 STOPPED = r"^stopped: \d+/\d+ steps"
 
@@ -51,11 +56,16 @@ def test_notebook_in_browser(notebook: str, lab: dict, browser, screenshot_dir: 
         nb.wait_status(RUNNING, timeout=180)
         streaming = nb.plot_signatures()
         nb.wait_for_plot_change(streaming, timeout=120)
+        if notebook in REPORTS:  # the report area waits for the run instead of printing half of it
+            assert nb.output_text("training in progress") and not nb.output_text(REPORTS[notebook])
         # ... and Stop ends it.
         nb.button("Stop").click()
         stopped = nb.wait_status(STOPPED, timeout=120)
         steps_at_stop = int(re.search(r"(\d+)/", stopped).group(1))
         timings["stopped"] = time.monotonic() - t0
+        if notebook in REPORTS:
+            report = nb.wait_until("the report area to fill in", lambda: nb.output_text(REPORTS[notebook]), 30)
+            assert re.search(r"\(run stopped after \d+/\d+ steps\)", report), report
 
         # A slider redraws a figure (nothing else is running now).
         before = nb.plot_signatures()
