@@ -18,12 +18,14 @@ Data flags default to the environment: ``SPANVIZ_WIKITEXT_DIR`` (local folder), 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -47,7 +49,8 @@ def add_data_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--eval-split", default=os.environ.get("SPANVIZ_EVAL_SPLIT", "validation"),
                    help="split to evaluate on (default: $SPANVIZ_EVAL_SPLIT or validation)")
     g.add_argument("--wikitext-config", default="wikitext-2-v1", choices=["wikitext-2-v1", "wikitext-2-raw-v1"])
-    g.add_argument("--tokenizer", default="word", choices=["word", "byte"])
+    g.add_argument("--tokenizer", default=None, choices=["word", "byte"],
+                   help="word (default) or byte; `sweep ls` defaults to its size's choice (bytes on CPU)")
     g.add_argument("--max-vocab", type=int, default=8192, help="word-level vocabulary cap (0 = no cap)")
     g.add_argument("--offline", action="store_true", default=None, help="never contact the hub")
 
@@ -59,8 +62,8 @@ def load_data(args: argparse.Namespace):
         data_dir=args.data_dir,
         config=args.wikitext_config,
         splits={"train": args.train_split, "eval": args.eval_split},
-        tokenizer=args.tokenizer,
-        max_vocab=(args.max_vocab or None) if args.tokenizer == "word" else None,
+        tokenizer=args.tokenizer or "word",
+        max_vocab=(args.max_vocab or None) if (args.tokenizer or "word") == "word" else None,
         offline=args.offline,
     )
 
@@ -204,15 +207,45 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 # -------------------------------------------------------------------------------------------- sweep
+def parse_overrides(items: list[str] | None, flag: str, config_class: type) -> dict[str, Any]:
+    """``["KEY=VALUE", ...]`` → ``{KEY: VALUE}`` for fields of ``config_class`` (a dataclass).
+
+    VALUE is read as JSON when it parses (``1024``, ``0.01``, ``true``, ``null``), else kept as a string.
+    Raises ValueError naming ``flag`` for an item without "=" or a KEY that is not a field of the class.
+    """
+    fields = {f.name for f in dataclasses.fields(config_class)}
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{flag} takes KEY=VALUE, got {item!r}")
+        if key not in fields:
+            raise ValueError(f"{flag}: {key!r} is not a {config_class.__name__} field; allowed: {sorted(fields)}")
+        try:
+            out[key] = json.loads(text)
+        except json.JSONDecodeError:
+            out[key] = text
+    return out
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     module_name, func_name = SWEEPS[args.experiment]
     sweep = getattr(importlib.import_module(module_name), func_name)
     from spanviz.experiments import format_table
+    from spanviz.model import GPTConfig
     from spanviz.store import ResultsStore
+    from spanviz.train import TrainConfig
 
+    model = parse_overrides(args.model, "--model", GPTConfig)
+    train = parse_overrides(args.train, "--train", TrainConfig)
+    if args.tokenizer is None and args.experiment == "ls":  # LS sizes choose their own tokenizer (bytes on CPU)
+        from spanviz.experiments.ls import SIZES
+
+        tokenizer = SIZES.get(args.size, SIZES["cpu"])["tokenizer"]
+        args.tokenizer, args.max_vocab = tokenizer["tokenizer"], tokenizer["max_vocab"] or 0
     data = load_data(args)
     kwargs = dict(size=args.size, seeds=args.seeds, steps=args.steps, data=data,
-                  store=None if args.no_store else ResultsStore())
+                  store=None if args.no_store else ResultsStore(), model=model or None, train=train or None)
     with tqdm(desc=f"sweep {args.experiment}", unit="run") as bar:
         def progress(done: int, total: int, label: str = "") -> None:
             bar.total = total
@@ -294,6 +327,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=None, help="override the experiment's step count")
     p.add_argument("--no-store", action="store_true", help="retrain even if the results store has the run")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    p.add_argument("--model", action="append", metavar="KEY=VALUE",
+                   help="GPTConfig override for every variant, repeatable (e.g. --model context_length=1024)")
+    p.add_argument("--train", action="append", metavar="KEY=VALUE",
+                   help="TrainConfig override for every variant, repeatable (e.g. --train batch_size=4)")
     add_data_args(p)
     p.set_defaults(func=cmd_sweep)
 

@@ -137,3 +137,25 @@ def test_runs_export_then_import_into_a_fresh_store(wikitext_dir, tmp_path, caps
     assert replayed is not None and replayed.history == record.history
     assert main(["runs", "list", "--store", str(tmp_path / "student")]) == 0
     assert "1 runs in" in capsys.readouterr().out
+
+
+def test_sweep_overrides_and_the_ls_tokenizer(wikitext_dir, tmp_path, capsys):
+    """--model/--train reach every variant; `sweep ls` tokenizes bytes like its CPU size; bad overrides: exit 2."""
+    out = tmp_path / "ls.json"
+    rc = main(["sweep", "ls", "--seeds", "1", "--steps", "2", "--no-store", "--out", str(out),
+               "--data-dir", str(wikitext_dir), *DATA_FLAGS[:4],
+               "--model", "context_length=32", "--model", "d_model=16", "--train", "batch_size=2",
+               "--train", "eval_interval=2", "--train", "eval_iters=1"])
+    assert rc == 0, capsys.readouterr().err
+    res = json.loads(out.read_text())
+    assert res["data"]["tokenizer"] == "byte"
+    for spec in res["variants"].values():
+        assert spec["model"]["context_length"] == 32 and spec["model"]["d_model"] == 16
+        assert spec["train"]["batch_size"] == 2 and spec["train"]["steps"] == 2
+    assert len(res["runs"]) == 3 and all(r["status"] == "finished" for r in res["runs"])
+    for flags, needle in ((["--model", "context=32"], "'context' is not a GPTConfig field"),
+                          (["--train", "lr"], "--train takes KEY=VALUE"),
+                          (["--model", "n_head=3"], "n_head")):
+        assert main(["sweep", "ls", "--seeds", "1", "--steps", "2", "--no-store", "--data-dir", str(wikitext_dir),
+                     *DATA_FLAGS[:4], "--model", "d_model=16", *flags]) == 2
+        assert needle in capsys.readouterr().err
