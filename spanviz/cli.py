@@ -25,8 +25,8 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from tqdm.auto import tqdm
 
@@ -58,12 +58,13 @@ def add_data_args(p: argparse.ArgumentParser) -> None:
 def load_data(args: argparse.Namespace):
     from spanviz.data import prepare_tokens
 
+    tokenizer = args.tokenizer or "word"
     return prepare_tokens(
         data_dir=args.data_dir,
         config=args.wikitext_config,
         splits={"train": args.train_split, "eval": args.eval_split},
-        tokenizer=args.tokenizer or "word",
-        max_vocab=(args.max_vocab or None) if (args.tokenizer or "word") == "word" else None,
+        tokenizer=tokenizer,
+        max_vocab=(args.max_vocab or None) if tokenizer == "word" else None,
         offline=args.offline,
     )
 

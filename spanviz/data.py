@@ -79,6 +79,12 @@ OFFLINE_SPLITS: Mapping[str, str] = {"train": "validation", "eval": "test"}
 """The choice for the shared offline copy, which has no train split: train on validation, evaluate on
 test (and say so in the run record: see :attr:`TokenData.splits`)."""
 
+ENV_DATA_DIR = "SPANVIZ_WIKITEXT_DIR"
+ENV_OFFLINE = "SPANVIZ_OFFLINE"
+ENV_HOME = "SPANVIZ_HOME"
+ENV_TRAIN_SPLIT = "SPANVIZ_TRAIN_SPLIT"
+ENV_EVAL_SPLIT = "SPANVIZ_EVAL_SPLIT"
+
 
 def splits_from_env(local: bool) -> dict[str, str]:
     """Role → split from ``SPANVIZ_TRAIN_SPLIT`` / ``SPANVIZ_EVAL_SPLIT``, each defaulting to
@@ -86,13 +92,10 @@ def splits_from_env(local: bool) -> dict[str, str]:
     (``scripts/setup.sh`` exports both variables when it finds the shared offline copy.)"""
     base = OFFLINE_SPLITS if local else DEFAULT_SPLITS
     return {
-        "train": os.environ.get("SPANVIZ_TRAIN_SPLIT") or base["train"],
-        "eval": os.environ.get("SPANVIZ_EVAL_SPLIT") or base["eval"],
+        "train": os.environ.get(ENV_TRAIN_SPLIT) or base["train"],
+        "eval": os.environ.get(ENV_EVAL_SPLIT) or base["eval"],
     }
 
-ENV_DATA_DIR = "SPANVIZ_WIKITEXT_DIR"
-ENV_OFFLINE = "SPANVIZ_OFFLINE"
-ENV_HOME = "SPANVIZ_HOME"
 
 HUB_PROBE_TIMEOUT_S = 3.0
 """Seconds we wait for the hub to answer before treating it as unreachable."""

@@ -406,10 +406,12 @@ class TrainingPanel:
         if self.runner.running:
             out.append_stdout("training in progress: the results appear here when the run ends\n")
         else:
-            self._render_report(out, fn)
+            self._render_report(out, fn, self.histories)
         return out
 
-    def _render_report(self, out: W.Output, fn: Callable[[dict[str, History]], Any]) -> None:
+    def _render_report(
+        self, out: W.Output, fn: Callable[[dict[str, History]], Any], histories: dict[str, History]
+    ) -> None:
         # Captured text goes in with append_stdout: no kernel "current cell" is involved, so this works from
         # a callback on the event loop and outside a kernel alike.
         buffer = io.StringIO()
@@ -419,7 +421,7 @@ class TrainingPanel:
                 done, total = self.runner.progress
                 print(f"(run {self.runner.state} after {done}/{total} steps)")
             try:
-                result = fn(self.histories)
+                result = fn(histories)
             except Exception:  # noqa: BLE001 - shown where the results would be, not lost
                 print(traceback.format_exc())
         out.outputs = ()
@@ -452,8 +454,9 @@ class TrainingPanel:
             self.status.value = f"<b style='color:#b00'>error</b> after {done}/{total} steps"
         else:
             self.status.value = f"{runner.state}: {done}/{total} steps"
+        histories = self.histories
         for out, fn in self._reports:
-            self._render_report(out, fn)
+            self._render_report(out, fn, histories)
 
     def _show_error(self, exc: BaseException | None, text: str | None) -> None:
         detail = html.escape(text or f"{type(exc).__name__}: {exc}")
