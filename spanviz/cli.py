@@ -344,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="benchmarks (ratios measured within one run)")
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument("--only", default=None, help="comma-separated: core,spans,ls,fp8,widgets")
+    p.add_argument("--only", default=None, help="comma-separated: core,spans,ls,fp8,widgets,notebooks")
     p.add_argument("--device", default="auto")
     p.add_argument("--quick", action="store_true", help="fewer repeats (noisier)")
     p.add_argument("--data-dir", default=os.environ.get("SPANVIZ_WIKITEXT_DIR"))

@@ -7,6 +7,7 @@ Sections (each in its own module, each returning a JSON-ready dict):
 * ``ls``      — local+global attention over dense causal attention, forward and forward+backward (:mod:`.ls`)
 * ``fp8``     — spectral norms and power iteration as a share of a train step (:mod:`.fp8`)
 * ``widgets`` — slider-to-figure latency and live-dashboard overhead (:mod:`.widgets`)
+* ``notebooks`` — tokens/s of each notebook's default runs on this device (:mod:`.notebooks`)
 
 Nothing here asserts a time: the targets are printed next to the measurements.
 """
@@ -32,6 +33,7 @@ SECTIONS: dict[str, tuple[str, str]] = {
     "ls": ("spanviz.bench.ls", "bench_ls"),
     "fp8": ("spanviz.bench.fp8", "bench_fp8"),
     "widgets": ("spanviz.bench.widgets", "bench_widgets"),
+    "notebooks": ("spanviz.bench.notebooks", "bench_notebooks"),
 }
 
 

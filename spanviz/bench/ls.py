@@ -8,8 +8,11 @@ shared machine hit all alike; medians compared. Cases:
 * ``ls_sdpa`` — SDPA with the LS boolean mask (dense mask: no work is skipped);
 * ``ls_explicit`` — explicit scores + mask + softmax (what the probes use);
 * CUDA only (d_head >= 16): ``ls_flex`` — compiled FlexAttention with the cached LS block mask (skips empty 128×128
-  blocks: the path that can be faster), and ``dense_causal_flex`` — the same kernel with a causal block
-  mask, so the LS speed-up can also be read within one kernel.
+  blocks: the path that can be faster), ``dense_causal_flex`` — the same kernel with a causal block
+  mask, so the LS speed-up can also be read within one kernel, and ``ls_flex_block64`` — the LS mask in
+  64×64 blocks (fewer wasted pairs around a short window).
+  Also on CUDA, ``model``: the whole TinyGPT of the paper's shape (:func:`bench_ls_model`), LS on FlexAttention
+  over MHSA on causal SDPA (FlashAttention), forward and train step.
 
 Each case is timed forward only (``torch.no_grad``) and forward + backward (gradients w.r.t. q, k, v).
 Also reported, exact and machine-independent: the share of allowed (query, key) pairs and of non-empty
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -131,6 +135,9 @@ def bench_ls(
     if on_cuda and local_global.flex_available() and d_head >= local_global.FLEX_MIN_D_HEAD:
         cases["ls_flex"] = lambda q, k, v: local_global.flex_attention(q, k, v, ls_mod)
         cases["dense_causal_flex"] = lambda q, k, v: local_global.flex_attention(q, k, v, causal_mod)
+        # The same kernel with 64×64 blocks: a window of 50 keys touches fewer, smaller tiles.
+        small = _small_block_flex(ls_mod, n_head, T, dev)
+        cases["ls_flex_block64"] = lambda q, k, v: small(q, k, v)
 
     g = torch.Generator().manual_seed(seed)
     shape = (batch, n_head, T, d_head)
@@ -179,4 +186,79 @@ def bench_ls(
     }
     if "ls_flex" in cases:
         out["flex_ratio_same_kernel"] = {p: ms["ls_flex"][p] / ms["dense_causal_flex"][p] for p in passes}
+        out["mask_shares_block64"] = mask_shares(T, n_head, n_local, window, block=64)
+        out["model"] = bench_ls_model(dev, repeats=repeats, n_head=n_head, d_head=d_head, n_local=n_local,
+                                      window=window, T=T, seed=seed)
     return out
+
+
+def _small_block_flex(mask_mod: local_global.MaskMod, n_head: int, T: int, device: torch.device,
+                      block: int = 64) -> Callable[..., torch.Tensor]:
+    """Compiled FlexAttention over a ``block``×``block`` block mask of ``mask_mod`` (CUDA; benchmark only)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    mask = create_block_mask(mask_mod, None, n_head, T, T, device=device, BLOCK_SIZE=block)
+    flex = local_global._compiled_flex()
+    return lambda q, k, v: flex(q, k, v, block_mask=mask)
+
+
+MODEL_SHAPE = dict(n_layer=6, d_model=192, vocab_size=8192)
+"""The paper's model around the attention shape (6 layers, d_model 192 = 6 heads × 32); vocabulary spanviz's."""
+
+
+def bench_ls_model(
+    device: torch.device | str = "cuda", *, repeats: int = 10, batch: int = 8, T: int = PAPER_SHAPE["T"],
+    n_head: int = PAPER_SHAPE["n_head"], d_head: int = PAPER_SHAPE["d_head"], n_local: int = PAPER_SHAPE["n_local"],
+    window: int = PAPER_SHAPE["window"], seed: int = 0,
+) -> dict[str, Any]:
+    """Whole-model latency: TinyGPT with LS heads on FlexAttention over MHSA on causal SDPA (flash), CUDA, bf16.
+
+    Two models of the paper's shape (6 layers, d_model = n_head·d_head, T 2048; batch ``batch``), identical
+    but for the masks: ``mhsa`` (every head global; fused causal SDPA, FlashAttention on CUDA) and ``ls``
+    (``n_local`` local heads with window p, the rest global; FlexAttention with the cached block mask, the
+    ``"auto"`` backend). Timed under bf16 autocast, interleaved: ``forward`` (no grad — the paper's inference
+    latency) and ``train_step`` (forward, backward, AdamW).
+
+    Returns:
+        ``{"config", "ms": {model: {"forward", "train_step"}}, "ratio_ls_over_mhsa": {"forward", "train_step"}}``.
+    Raises:
+        ValueError: device is not a CUDA device (FlexAttention has no CPU backward).
+    Source: arXiv 2505.15548's latency claim (-36 % inference, -44 % in its revision), measured by spanviz.
+    """
+    from spanviz.model import GPTConfig, TinyGPT
+
+    dev = torch.device(device)
+    if dev.type != "cuda" or not torch.cuda.is_available():
+        raise ValueError(f"device must be a CUDA device for the model-level LS benchmark, got {str(device)!r}")
+    base = GPTConfig(**{**MODEL_SHAPE, "d_model": n_head * d_head}, n_head=n_head, context_length=T)
+    configs = {"mhsa": base, "ls": replace(base, n_local=n_local, window=window)}
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, base.vocab_size, (batch, T), generator=g).to(dev)
+    y = torch.roll(x, -1, dims=1)
+    closures: dict[str, Callable[[], None]] = {}
+    for name, cfg in configs.items():
+        torch.manual_seed(seed)
+        model = TinyGPT(cfg).to(dev)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def forward(model: TinyGPT = model) -> None:
+            with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+                model(x)
+
+        def train_step(model: TinyGPT = model, opt: torch.optim.Optimizer = opt) -> None:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                _, loss = model(x, y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+
+        closures[f"{name}/forward"], closures[f"{name}/train_step"] = forward, train_step
+    med = interleaved_medians(closures, repeats, warmup=2, device=dev)
+    passes = ("forward", "train_step")
+    ms = {name: {p: 1e3 * med[f"{name}/{p}"] for p in passes} for name in configs}
+    return {
+        "config": {**base.to_dict(), "n_local": n_local, "window": window, "batch": batch, "dtype": "bfloat16",
+                   "repeats": repeats},
+        "ms": ms,
+        "ratio_ls_over_mhsa": {p: ms["ls"][p] / ms["mhsa"][p] for p in passes},
+    }

@@ -1,0 +1,166 @@
+"""Paper-sized runs on a CUDA GPU: LS-attention logit growth at T 2048 and the span-scaling head sweep.
+
+What it trains (WikiText-2: train on the validation split, evaluate on the test split — the offline copy has
+no train split; the run records say so):
+
+* ``ls``: :func:`spanviz.experiments.ls.ls_sweep` at size "gpu" — MHSA vs LS (5 local heads, p = 50, + 1
+  global) vs QK-norm, 6 layers, d_model 192, 6 heads × 32, T 2048, batch 16, 2000 updates at lr 6e-3, bf16,
+  FlexAttention for every variant, max logit probed every 25 updates (the ``spanviz sweep ls --size gpu`` runs);
+* ``spans``: the head sweep at d_model 256 (4 layers, T 256, dropout 0.1, batch 32, lr 1e-3, bf16): for 4, 8
+  and 16 heads (d_head 64, 32, 16), kv8 [1000] against kv8 [1111]. [1111] returns the score gradient
+  untouched through the same explicit attention path and the same dropout as [1000], so the pair differs
+  only by the scaling (plain "standard" training runs fused attention, whose dropout draws other random
+  numbers). Plus standard training at 4 heads, for reference.
+
+Every run lands in the results store (``$SPANVIZ_HOME/runs``); a rerun replays what is there, so seeds can
+train in parallel processes and one last call summarises them all::
+
+    python scripts/gpu_paper_runs.py ls --seeds 0 --data-dir DIR &      # one process per seed ...
+    python scripts/gpu_paper_runs.py spans --seeds 0 --data-dir DIR &
+    wait
+    python scripts/gpu_paper_runs.py summary --out results/              # ... then summarise the store
+
+``summary`` trains nothing: it reads every run of these two experiments from the store and writes
+``ls_gpu.json`` (rows, runs and verdict), ``spans_paper.json`` (rows and runs) and ``runs.csv`` (one row per
+run and seed, for recomputing every number). Source: spanviz; the
+papers' own sizes where known (arXiv 2505.15548: 6 × 192, 5 local + 1 global, p 50, T 2048; arXiv
+2512.13033 per published summaries: d_model 256 with 4 / 8 / 16 heads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from spanviz.data import OFFLINE_SPLITS, prepare_tokens
+from spanviz.experiments.core import run_grid, summarize
+from spanviz.experiments.ls import BASELINE as LS_BASELINE
+from spanviz.experiments.ls import GROWTH_METRICS, _head_group_peaks, growth_verdict, ls_sweep
+from spanviz.experiments.ls import _METRIC_FNS as LS_METRICS
+from spanviz.experiments.ls import SIZES as LS_SIZES
+from spanviz.experiments.spans import SIZE_DEFAULTS
+from spanviz.model import GPTConfig
+from spanviz.spans import SpanConfig
+from spanviz.store import ResultsStore
+from spanviz.train import TrainConfig
+
+SPANS_STEPS = 2000
+SPANS_HEADS = (4, 8, 16)
+SMOKE = dict(model=dict(context_length=64, n_layer=1),
+             train=dict(steps=4, warmup_steps=1, batch_size=2, eval_interval=2, eval_iters=1, device="cpu",
+                        dtype="float32"))
+"""``--smoke``: a seconds-long CPU rehearsal of the same code paths (tiny models, 4 updates)."""
+
+
+def spans_variants(vocab_size: int, steps: int = SPANS_STEPS, smoke: bool = False
+                   ) -> dict[str, tuple[GPTConfig, TrainConfig]]:
+    """{name: (GPTConfig, TrainConfig)} of the head sweep: "heads=H/[1111]", "heads=H/[1000]", "heads=4/standard"."""
+    paper = SIZE_DEFAULTS["paper"]
+    train = TrainConfig(**{**paper["train"], "steps": steps, "eval_interval": 100, "warmup_steps": 100,
+                           "device": "cuda", "dtype": "bfloat16", **(SMOKE["train"] if smoke else {})})
+    variants = {}
+    for h in SPANS_HEADS:
+        model = {**paper["model"], "n_head": h, "vocab_size": vocab_size, **(SMOKE["model"] if smoke else {})}
+        base = GPTConfig(**model)
+        for alphas in ("1111", "1000"):
+            variants[f"heads={h}/[{alphas}]"] = (replace(base, spans=SpanConfig(alphas=alphas, preset="kv8")), train)
+        if h == 4:
+            variants["heads=4/standard"] = (base, train)
+    return variants
+
+
+def _data(data_dir: str | None, tokenizer: dict[str, Any]) -> Any:
+    return prepare_tokens(data_dir, splits=OFFLINE_SPLITS if data_dir else None, **tokenizer)
+
+
+def train_ls(seeds: list[int], data_dir: str | None, store: ResultsStore, smoke: bool = False) -> None:
+    data = _data(data_dir, LS_SIZES["gpu"]["tokenizer"])
+    overrides = dict(model=SMOKE["model"], train=SMOKE["train"], probe_every=2) if smoke else {}
+    ls_sweep("gpu", seeds=seeds, data=data, store=store, **overrides)
+
+
+def train_spans(seeds: list[int], data_dir: str | None, store: ResultsStore, steps: int, smoke: bool = False) -> None:
+    data = _data(data_dir, {"tokenizer": "word", "max_vocab": 8192})
+    run_grid(spans_variants(data.vocab_size, steps, smoke), seeds, data, store=store,
+             tags={"experiment": "spans", "size": "gpu-heads"})
+
+
+def summary(store: ResultsStore, out: Path) -> None:
+    """Summarise every LS ("gpu") and spans ("gpu-heads") run in the store — replay only, nothing trains."""
+    records = [store.load(key) for key in store.list()]
+    ls = [r for r in records if r.config.get("tags") == {"experiment": "ls", "size": "gpu"}]
+    sp = [r for r in records if r.config.get("tags") == {"experiment": "spans", "size": "gpu-heads"}]
+    ls_result: dict[str, Any] = {"runs": [], "rows": [], "verdict": "no LS runs in the store"}
+    if ls:
+        rows = summarize(ls, "best_val_loss", baseline=LS_BASELINE)
+        for name in GROWTH_METRICS:
+            rows += summarize(ls, LS_METRICS[name], baseline=LS_BASELINE)
+        n_local = next(r.config["model"]["n_local"] for r in ls if r.config.get("variant") == "ls")
+        verdict, _ = growth_verdict(rows)
+        ls_result = {"rows": rows, "runs": [_ls_run(r, n_local) for r in ls], "verdict": verdict,
+                     "data": ls[0].config["data"], "device": ls[0].environment.get("device_name")}
+    rows = []
+    for h in SPANS_HEADS:
+        subset = [r for r in sp if r.config["model"]["n_head"] == h]
+        if any(r.config.get("variant") == f"heads={h}/[1111]" for r in subset):
+            for row in summarize(subset, metric="best_val_loss", baseline=f"heads={h}/[1111]"):
+                rows.append({"n_head": h, "d_head": r_d_head(subset), **row})
+    sp_result = {"rows": rows, "device": sp[0].environment.get("device_name") if sp else None,
+                 "runs": [{"variant": r.config.get("variant"), "seed": r.config.get("seed"), "status": r.status,
+                           "best_val_loss": r.best_val_loss} for r in sp]}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "ls_gpu.json").write_text(json.dumps(ls_result, indent=1, default=str))
+    (out / "spans_paper.json").write_text(json.dumps(sp_result, indent=1, default=str))
+    with open(out / "runs.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["experiment", "variant", "seed", "status", "best_val_loss", "peak_max_logit",
+                         "mean_max_logit", "final_max_logit", "local_heads_peak", "global_heads_peak"])
+        for r in ls_result["runs"]:
+            writer.writerow(["ls", r["variant"], r["seed"], r["status"], r["best_val_loss"], r["peak_max_logit"],
+                             r["mean_max_logit"], r["final_max_logit"], r["local_heads_peak"], r["global_heads_peak"]])
+        for r in sp_result["runs"]:
+            writer.writerow(["spans", r["variant"], r["seed"], r["status"], r["best_val_loss"], "", "", "", "", ""])
+    print(ls_result["verdict"])
+    for row in rows:
+        print(json.dumps(row, default=str))
+
+
+def r_d_head(records: list) -> int:
+    model = records[0].config["model"]
+    return model["d_model"] // model["n_head"]
+
+
+def _ls_run(record: Any, n_local: int) -> dict[str, Any]:
+    """One LS run's metrics (no curves: the records hold them)."""
+    variant = record.config.get("variant")
+    return {"variant": variant, "seed": record.config.get("seed"), "status": record.status,
+            "best_val_loss": record.best_val_loss, **{name: fn(record) for name, fn in LS_METRICS.items()},
+            **_head_group_peaks(record, n_local if variant == "ls" else 0)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("what", choices=["ls", "spans", "summary"])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--data-dir", default=None, help="WikiText-2 folder (else $SPANVIZ_WIKITEXT_DIR / the hub)")
+    parser.add_argument("--spans-steps", type=int, default=SPANS_STEPS)
+    parser.add_argument("--smoke", action="store_true", help="tiny CPU rehearsal of the same code paths")
+    parser.add_argument("--out", type=Path, default=Path("."), help="summary: folder for the JSON and CSV files")
+    args = parser.parse_args(argv)
+    store = ResultsStore()
+    if args.what == "ls":
+        train_ls(args.seeds, args.data_dir, store, args.smoke)
+    elif args.what == "spans":
+        train_spans(args.seeds, args.data_dir, store, args.spans_steps, args.smoke)
+    else:
+        summary(store, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
