@@ -10,13 +10,13 @@ no train split; the run records say so):
   and 16 heads (d_head 64, 32, 16), kv8 [1000] against kv8 [1111]. [1111] returns the score gradient
   untouched through the same explicit attention path and the same dropout as [1000], so the pair differs
   only by the scaling (plain "standard" training runs fused attention, whose dropout draws other random
-  numbers). Plus standard training at 4 heads, for reference.
+  numbers).
 
 Every run lands in the results store (``$SPANVIZ_HOME/runs``); a rerun replays what is there, so seeds can
 train in parallel processes and one last call summarises them all::
 
-    python scripts/gpu_paper_runs.py ls --seeds 0 --data-dir DIR &      # one process per seed ...
-    python scripts/gpu_paper_runs.py spans --seeds 0 --data-dir DIR &
+    python scripts/gpu_paper_runs.py ls --seeds 0 --ls-steps 1000 --data-dir DIR &      # one process per seed ...
+    python scripts/gpu_paper_runs.py spans --seeds 0 --spans-steps 1000 --data-dir DIR &
     wait
     python scripts/gpu_paper_runs.py summary --out results/              # ... then summarise the store
 
@@ -59,7 +59,7 @@ SMOKE = dict(model=dict(context_length=64, n_layer=1),
 
 def spans_variants(vocab_size: int, steps: int = SPANS_STEPS, smoke: bool = False
                    ) -> dict[str, tuple[GPTConfig, TrainConfig]]:
-    """{name: (GPTConfig, TrainConfig)} of the head sweep: "heads=H/[1111]", "heads=H/[1000]", "heads=4/standard"."""
+    """{name: (GPTConfig, TrainConfig)} of the head sweep: "heads=H/[1111]" and "heads=H/[1000]" for each H."""
     paper = SIZE_DEFAULTS["paper"]
     train = TrainConfig(**{**paper["train"], "steps": steps, "eval_interval": 100, "warmup_steps": 100,
                            "device": "cuda", "dtype": "bfloat16", **(SMOKE["train"] if smoke else {})})
@@ -69,8 +69,6 @@ def spans_variants(vocab_size: int, steps: int = SPANS_STEPS, smoke: bool = Fals
         base = GPTConfig(**model)
         for alphas in ("1111", "1000"):
             variants[f"heads={h}/[{alphas}]"] = (replace(base, spans=SpanConfig(alphas=alphas, preset="kv8")), train)
-        if h == 4:
-            variants["heads=4/standard"] = (base, train)
     return variants
 
 
@@ -78,9 +76,10 @@ def _data(data_dir: str | None, tokenizer: dict[str, Any]) -> Any:
     return prepare_tokens(data_dir, splits=OFFLINE_SPLITS if data_dir else None, **tokenizer)
 
 
-def train_ls(seeds: list[int], data_dir: str | None, store: ResultsStore, smoke: bool = False) -> None:
+def train_ls(seeds: list[int], data_dir: str | None, store: ResultsStore, steps: int | None,
+             smoke: bool = False) -> None:
     data = _data(data_dir, LS_SIZES["gpu"]["tokenizer"])
-    overrides = dict(model=SMOKE["model"], train=SMOKE["train"], probe_every=2) if smoke else {}
+    overrides = dict(model=SMOKE["model"], train=SMOKE["train"], probe_every=2) if smoke else dict(steps=steps)
     ls_sweep("gpu", seeds=seeds, data=data, store=store, **overrides)
 
 
@@ -149,12 +148,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--data-dir", default=None, help="WikiText-2 folder (else $SPANVIZ_WIKITEXT_DIR / the hub)")
     parser.add_argument("--spans-steps", type=int, default=SPANS_STEPS)
+    parser.add_argument("--ls-steps", type=int, default=None, help="default: the sweep's size 'gpu' (2000)")
     parser.add_argument("--smoke", action="store_true", help="tiny CPU rehearsal of the same code paths")
     parser.add_argument("--out", type=Path, default=Path("."), help="summary: folder for the JSON and CSV files")
     args = parser.parse_args(argv)
     store = ResultsStore()
     if args.what == "ls":
-        train_ls(args.seeds, args.data_dir, store, args.smoke)
+        train_ls(args.seeds, args.data_dir, store, args.ls_steps, args.smoke)
     elif args.what == "spans":
         train_spans(args.seeds, args.data_dir, store, args.spans_steps, args.smoke)
     else:

@@ -231,11 +231,25 @@ def flex_available(q: Tensor | None = None) -> bool:
     return True
 
 
+FLEX_RECOMPILE_LIMIT = 64
+"""Compiled variants of FlexAttention a process may build (dynamo's default, 8, is too few, see below)."""
+
+
 @functools.cache
 def _compiled_flex() -> Callable[..., Tensor]:
-    """``torch.compile(flex_attention)``, built once per process (compiled kernels are reused per shape)."""
+    """``torch.compile(flex_attention)``, built once per process (compiled kernels are reused per shape).
+
+    Every new (shape, dtype, grad mode, block size) compiles once more. A notebook that slides the context
+    length, or a sweep that trains and evaluates three variants in one process, passes dynamo's default
+    limit of 8 recompiles, after which torch silently runs the *unfused* reference path (it materialises the
+    scores: measured 6× slower per step on an H100). So the limit is raised to at least
+    :data:`FLEX_RECOMPILE_LIMIT` for the process.
+    """
     from torch.nn.attention.flex_attention import flex_attention as _flex
 
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"  # torch < 2.6
+    setattr(config, name, max(getattr(config, name), FLEX_RECOMPILE_LIMIT))
     return torch.compile(_flex, dynamic=False)
 
 
@@ -251,8 +265,9 @@ def flex_attention(q: Tensor, k: Tensor, v: Tensor, mask_mod: MaskMod) -> Tensor
         q, k, v: (B, H, T, d_head); mask_mod: see :func:`head_mask_mod`.
     Returns:
         out (B, H, T, d_head), equal to :func:`sdpa_attention` to fp32 tolerance.
-    Each new (shape, dtype, grad mode) compiles once more; past torch's recompile limit (``torch._dynamo``
-    ``cache_size_limit``, 8 by default) torch falls back to the slow unfused path.
+    On CUDA it runs in autocast's dtype while autocast is on (FlexAttention is not an autocast op), else in
+    the promoted dtype of q, k, v. Each new (shape, dtype, grad mode) compiles once more, up to
+    :data:`FLEX_RECOMPILE_LIMIT` per process (see :func:`_compiled_flex`).
 
     Raises:
         ValueError: bad shapes; d_head < 16 on CUDA; or a non-CUDA input that requires grad (no
@@ -269,7 +284,14 @@ def flex_attention(q: Tensor, k: Tensor, v: Tensor, mask_mod: MaskMod) -> Tensor
                 f"d_head must be >= {FLEX_MIN_D_HEAD} for FlexAttention on CUDA, got d_head={q.size(-1)}; "
                 "use attn_backend='sdpa' or a wider head"
             )
-        return _compiled_flex()(q, k, v, block_mask=block_mask(mask_mod, H, T, q.device))
+        # Autocast does not cover FlexAttention: run it in one dtype (autocast's while autocast is on) with
+        # autocast off. Then q, k and v always agree (QK-norm hands over fp32 q, k beside a bf16 v) and the
+        # autocast state never forces a recompile.
+        dtype = (torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda")
+                 else torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype))
+        with torch.autocast("cuda", enabled=False):
+            return _compiled_flex()(q.to(dtype), k.to(dtype), v.to(dtype),
+                                    block_mask=block_mask(mask_mod, H, T, q.device))
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         raise ValueError(
             f"flex_attention on device={q.device.type!r} supports forward only (no FlexAttention backward "

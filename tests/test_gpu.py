@@ -12,6 +12,7 @@ GPU tests too; this module adds what they do not cover:
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from dataclasses import replace
@@ -61,8 +62,32 @@ def test_block_mask_cache_serves_every_shape_and_evicts_the_oldest():
     assert (6, 300, "cuda:0") not in lg._BLOCK_CACHE[mask_mod]
 
 
-def test_ls_model_flex_and_sdpa_agree_in_a_bf16_training_step():
-    cfg = GPTConfig(vocab_size=101, context_length=256, n_layer=2, n_head=6, d_model=192, n_local=5, window=50)
+def test_flex_stays_compiled_across_many_shapes_and_modes():
+    # Past dynamo's recompile limit torch would quietly run the unfused reference path (6× slower steps).
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    loggers = [logging.getLogger(name) for name in ("torch._dynamo", "torch._dynamo.convert_frame")]
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        mask_mod = lg.head_mask_mod(3, 16)
+        for T in range(64, 64 + 12 * 8, 8):  # 12 context lengths, each forward+backward and no-grad, two dtypes
+            q, k, v = (t.requires_grad_() for t in _qkv(2, 4, T, 16, seed=T))
+            lg.flex_attention(q, k, v, mask_mod).sum().backward()
+            with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+                lg.flex_attention(q, k, v, mask_mod)
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+    assert not [r for r in records if "recompile_limit" in r.getMessage() or "cache_size_limit" in r.getMessage()]
+
+
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_ls_model_flex_and_sdpa_agree_in_a_bf16_training_step(qk_norm):
+    # QK-norm hands FlexAttention fp32 q, k beside a bf16 v under autocast: flex must still run, in bf16.
+    cfg = GPTConfig(vocab_size=101, context_length=256, n_layer=2, n_head=6, d_model=192, n_local=5, window=50,
+                    qk_norm=qk_norm)
     torch.manual_seed(0)
     flex = TinyGPT(replace(cfg, attn_backend="flex")).cuda()
     sdpa = TinyGPT(replace(cfg, attn_backend="sdpa")).cuda()

@@ -78,7 +78,7 @@ def bench_ls(
     d_head: int = PAPER_SHAPE["d_head"],
     n_local: int = PAPER_SHAPE["n_local"],
     window: int = PAPER_SHAPE["window"],
-    batch: int = 1,
+    batch: int | None = None,
     repeats: int | None = None,
     warmup: int = 2,
     dtype: str = "auto",
@@ -90,8 +90,9 @@ def bench_ls(
         device: "auto" (cuda if available, else cpu), "cpu", "cuda", "cuda:<i>".
         quick: fewer repeats (3 instead of 10) — for smoke runs.
         T: context length; n_head, d_head: heads and head width; n_local, window: LS split and window p
-            (defaults: the paper's 6 × 32, 5 local + 1 global, p = 50, T = 2048). batch: B (default 1, so a
-            CPU run takes seconds).
+            (defaults: the paper's 6 × 32, 5 local + 1 global, p = 50, T = 2048). batch: B (default: 16 on
+            CUDA — at batch 1 a GPU times kernel launches, not attention — and 1 on the CPU, so a run takes
+            seconds).
         repeats: timed calls per case and pass (>= 1; default 10, or 3 with ``quick``). warmup: untimed
             calls first (>= 1 on CUDA: the first flex call compiles).
         dtype: "auto" (bfloat16 on CUDA, float32 on CPU), "float32" or "bfloat16".
@@ -106,9 +107,11 @@ def bench_ls(
         ValueError: bad sizes, an unknown dtype, or device "cuda" without CUDA.
     Source: arXiv 2505.15548's latency comparison, measured at the attention-op level by spanviz.
     """
-    for name, value, low in (("T", T, 1), ("n_head", n_head, 1), ("d_head", d_head, 1), ("batch", batch, 1),
-                             ("window", window, 1), ("warmup", warmup, 0), ("seed", seed, 0)):  # fmt: skip
+    for name, value, low in (("T", T, 1), ("n_head", n_head, 1), ("d_head", d_head, 1), ("window", window, 1),
+                             ("warmup", warmup, 0), ("seed", seed, 0)):  # fmt: skip
         _check_int(name, value, low)
+    if batch is not None:
+        _check_int("batch", batch, 1)
     _check_int("n_local", n_local, 0)
     if n_local > n_head:
         raise ValueError(f"n_local must be in [0, n_head={n_head}], got {n_local}")
@@ -121,6 +124,7 @@ def bench_ls(
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} but CUDA is not available here; use device='cpu' or 'auto'")
     on_cuda = dev.type == "cuda"
+    batch = (16 if on_cuda else 1) if batch is None else batch
     if dtype == "auto":
         dtype = "bfloat16" if on_cuda else "float32"
     torch_dtype = getattr(torch, dtype)
