@@ -7,10 +7,10 @@ shared machine hit all alike; medians compared. Cases:
 * ``dense_causal_sdpa`` — the baseline: ``scaled_dot_product_attention(..., is_causal=True)``;
 * ``ls_sdpa`` — SDPA with the LS boolean mask (dense mask: no work is skipped);
 * ``ls_explicit`` — explicit scores + mask + softmax (what the probes use);
-* CUDA only (d_head >= 16): ``ls_flex`` — compiled FlexAttention with the cached LS block mask (skips empty 128×128
-  blocks: the path that can be faster), ``dense_causal_flex`` — the same kernel with a causal block
-  mask, so the LS speed-up can also be read within one kernel, and ``ls_flex_block64`` — the LS mask in
-  64×64 blocks (fewer wasted pairs around a short window).
+* CUDA only (d_head >= 16): ``ls_flex`` — compiled FlexAttention with the cached LS block mask (skips empty
+  tiles, 64×64 for windows <= 64, see :func:`spanviz.local_global.flex_block_size`: the path that can be
+  faster), ``dense_causal_flex`` — the same kernel with a causal block mask, so the LS speed-up can also be
+  read within one kernel, and ``ls_flex_block128`` — the LS mask in FlexAttention's default 128×128 tiles.
   Also on CUDA, ``model``: the whole TinyGPT of the paper's shape (:func:`bench_ls_model`), LS on FlexAttention
   over MHSA on causal SDPA (FlashAttention), forward and train step.
 
@@ -34,7 +34,7 @@ from spanviz import local_global
 from spanviz.bench.core import interleaved_medians
 
 PAPER_SHAPE = dict(T=2048, n_head=6, d_head=32, n_local=5, window=50)
-BLOCK = 128  # FlexAttention's default block size
+BLOCK = 128  # FlexAttention's default tile edge
 CAVEAT = (
     "Timings are medians of interleaved repeats on a possibly shared machine; compare ratios within this "
     "run only. Dense-mask backends (sdpa, explicit) skip no work, so they cannot be faster than dense causal "
@@ -139,9 +139,9 @@ def bench_ls(
     if on_cuda and local_global.flex_available() and d_head >= local_global.FLEX_MIN_D_HEAD:
         cases["ls_flex"] = lambda q, k, v: local_global.flex_attention(q, k, v, ls_mod)
         cases["dense_causal_flex"] = lambda q, k, v: local_global.flex_attention(q, k, v, causal_mod)
-        # The same kernel with 64×64 blocks: a window of 50 keys touches fewer, smaller tiles.
-        small = _small_block_flex(ls_mod, n_head, T, dev)
-        cases["ls_flex_block64"] = lambda q, k, v: small(q, k, v)
+        # The same kernel with FlexAttention's default 128×128 tiles (the library picks 64×64 for short windows).
+        tiles128 = _flex_with_tiles(ls_mod, n_head, T, dev, 128)
+        cases["ls_flex_block128"] = lambda q, k, v: tiles128(q, k, v)
 
     g = torch.Generator().manual_seed(seed)
     shape = (batch, n_head, T, d_head)
@@ -190,14 +190,15 @@ def bench_ls(
     }
     if "ls_flex" in cases:
         out["flex_ratio_same_kernel"] = {p: ms["ls_flex"][p] / ms["dense_causal_flex"][p] for p in passes}
+        out["ls_block_size"] = local_global.flex_block_size(ls_mod)
         out["mask_shares_block64"] = mask_shares(T, n_head, n_local, window, block=64)
         out["model"] = bench_ls_model(dev, repeats=repeats, n_head=n_head, d_head=d_head, n_local=n_local,
                                       window=window, T=T, seed=seed)
     return out
 
 
-def _small_block_flex(mask_mod: local_global.MaskMod, n_head: int, T: int, device: torch.device,
-                      block: int = 64) -> Callable[..., torch.Tensor]:
+def _flex_with_tiles(mask_mod: local_global.MaskMod, n_head: int, T: int, device: torch.device,
+                     block: int) -> Callable[..., torch.Tensor]:
     """Compiled FlexAttention over a ``block``×``block`` block mask of ``mask_mod`` (CUDA; benchmark only)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
