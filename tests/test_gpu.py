@@ -72,10 +72,9 @@ def test_flex_stays_compiled_across_many_shapes_and_modes():
         logger.addHandler(handler)
     try:
         mask_mod = lg.head_mask_mod(3, 16)
-        for T in range(64, 64 + 12 * 8, 8):  # 12 context lengths, each forward+backward and no-grad, two dtypes
-            q, k, v = (t.requires_grad_() for t in _qkv(2, 4, T, 16, seed=T))
-            lg.flex_attention(q, k, v, mask_mod).sum().backward()
-            with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        for T in range(64, 64 + 10 * 8, 8):  # 10 context lengths: one compile each, more than dynamo's default 8
+            q, k, v = _qkv(1, 4, T, 16, seed=T)
+            with torch.no_grad():
                 lg.flex_attention(q, k, v, mask_mod)
     finally:
         for logger in loggers:
