@@ -6,6 +6,7 @@ import json
 import math
 import statistics
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -352,7 +353,8 @@ def test_save_sweep_writes_per_seed_files_that_recompute_the_verdicts(tmp_path):
     result = {"rows": compare_groups(rows, specs), "per_seed": rows, "comparisons": specs, "runs": [{"curve": [1]}]}
     summary, as_json, as_csv = save_sweep(result, tmp_path / "out" / "sweep.json", runs=False)
     assert (as_json.name, as_csv.name) == ("sweep.per_seed.json", "sweep.per_seed.csv")
-    assert "runs" not in json.loads(summary.read_text()) and json.loads(summary.read_text())["rows"] == result["rows"]
+    saved = json.loads(summary.read_text())
+    assert "runs" not in saved and "per_seed" not in saved and saved["rows"] == result["rows"]
     from_json, from_csv = read_per_seed(as_json), read_per_seed(as_csv)
     assert from_json == rows
     assert from_csv[2]["note"] == "a, b" and from_csv[0]["note"] is None and from_csv[3]["seed"] == 3
@@ -379,3 +381,22 @@ def test_format_table_lines_up_rows():
     assert format_table(rows).splitlines()[0].split()[:3] == ["variant", "metric", "n"]  # every column by default
     assert format_table([]) == ""
     assert format_table([{"a": 1, "b": None}], columns=["b", "a"]).splitlines()[2].split() == ["-", "1"]
+
+
+DOCS_RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+
+
+@pytest.mark.parametrize("summary", sorted(p.name for p in DOCS_RESULTS.glob("*.json") if ".per_seed" not in p.name))
+def test_the_numbers_in_docs_recompute_from_their_per_seed_files(summary):
+    """docs/results holds the sweeps the docs quote: their per-seed CSV gives back every row and verdict."""
+    saved = json.loads((DOCS_RESULTS / summary).read_text())
+    stem = summary.removesuffix(".json")
+    table = read_per_seed(DOCS_RESULTS / f"{stem}.per_seed.csv")
+    assert table == read_per_seed(DOCS_RESULTS / f"{stem}.per_seed.json") and "per_seed" not in saved
+    again = compare_groups(table, saved["comparisons"])
+    assert len(again) == len(saved["rows"])
+    for new, old in zip(again, saved["rows"]):
+        assert new["verdict"] == old["verdict"]
+        for key in ("mean", "std", "diff", "ci_low", "ci_high", "t", "p", "p_holm", "welch_p"):
+            expected = None if old[key] is None else pytest.approx(old[key], rel=1e-9, abs=1e-12)
+            assert new[key] == expected, (summary, key, new.get("variant"), new.get("strategy"))

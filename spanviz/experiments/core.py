@@ -495,8 +495,9 @@ def summarize(
 def save_sweep(result: Mapping[str, Any], path: str | os.PathLike[str], *, runs: bool = True) -> list[Path]:
     """Write a sweep's result as JSON at ``path`` and its per-seed table beside it, as JSON and CSV.
 
-    ``results.json`` gives ``results.json``, ``results.per_seed.json`` and ``results.per_seed.csv`` (one row
-    per run and, for the FP8 sweep, strategy; empty CSV cells are None). Each file is written atomically.
+    ``results.json`` gives ``results.json`` (everything but the per-seed table), ``results.per_seed.json`` and
+    ``results.per_seed.csv`` (one row per run and, for the FP8 sweep, strategy; empty CSV cells are None).
+    Each file is written atomically.
 
     Args:
         result: a sweep's result dict with a ``per_seed`` list. path: the summary file (".json").
@@ -513,7 +514,7 @@ def save_sweep(result: Mapping[str, Any], path: str | os.PathLike[str], *, runs:
     table = result.get("per_seed") if isinstance(result, Mapping) else None
     if not isinstance(table, list):
         raise ValueError("result must be a sweep result with a 'per_seed' list")
-    summary = {k: v for k, v in result.items() if runs or k != "runs"}
+    summary = {k: v for k, v in result.items() if k != "per_seed" and (runs or k != "runs")}
     stem = path.with_suffix("")
     json_path, csv_path = Path(f"{stem}.per_seed.json"), Path(f"{stem}.per_seed.csv")
     for target, obj in ((path, summary), (json_path, table)):  # strict JSON (non-finite floats as strings)
