@@ -243,6 +243,8 @@ def fp8_sweep(
 
     model_cfg = GPTConfig(**{**DEFAULT_MODEL, "vocab_size": data.vocab_size, **(model or {})})
     train_kw: dict[str, Any] = {**DEFAULT_TRAIN, "eval_interval": steps, **(train or {})}
+    if "warmup_steps" not in (train or {}):  # short runs: warm-up capped at steps // 10, as the other sweeps do
+        train_kw["warmup_steps"] = min(train_kw["warmup_steps"], steps // 10)
     base_train = TrainConfig(**{**train_kw, "steps": steps, "device": device})
     spike = dict(lr_spike_factor=lr_spike_factor, lr_spike_start=at_step, lr_spike_steps=lr_spike_steps)
     variants: dict[str, tuple[GPTConfig, TrainConfig]] = {}
