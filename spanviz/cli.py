@@ -35,7 +35,7 @@ logger = logging.getLogger("spanviz")
 SWEEPS = {
     "spans": ("spanviz.experiments.spans", "spans_sweep"),
     "ls": ("spanviz.experiments.ls", "ls_sweep"),
-    "fp8": ("spanviz.experiments.fp8", "fp8_transients"),
+    "fp8": ("spanviz.experiments.fp8", "fp8_sweep"),
 }
 
 
@@ -259,10 +259,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(format_table(rows))
     if isinstance(result, dict) and result.get("verdict"):
         print(result["verdict"])
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2, default=str))
-        print(f"results: {args.out}")
+    if args.out is not None:  # the summary, and the per-seed table beside it (.per_seed.json / .per_seed.csv)
+        from spanviz.experiments import save_sweep
+
+        print("results: " + ", ".join(str(path) for path in save_sweep(result, args.out)))
     return 0
 
 
@@ -324,10 +324,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sweep", help="run a named experiment over seeds and print a table")
     p.add_argument("experiment", choices=sorted(SWEEPS))
     p.add_argument("--size", default="cpu", help="cpu (minutes on 2 cores) or gpu / paper (bigger)")
-    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--steps", type=int, default=None, help="override the experiment's step count")
     p.add_argument("--no-store", action="store_true", help="retrain even if the results store has the run")
-    p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    p.add_argument("--out", type=Path, default=None,
+                   help="write the results as JSON here (a .json path), with the per-seed table beside it")
     p.add_argument("--model", action="append", metavar="KEY=VALUE",
                    help="GPTConfig override for every variant, repeatable (e.g. --model context_length=1024)")
     p.add_argument("--train", action="append", metavar="KEY=VALUE",

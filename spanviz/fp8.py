@@ -41,6 +41,13 @@ logger = logging.getLogger(__name__)
 
 FORMATS: dict[str, torch.dtype] = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 FP8_MAX: dict[str, float] = {name: float(torch.finfo(dtype).max) for name, dtype in FORMATS.items()}
+CAST_OVERFLOW: dict[str, tuple[float, bool]] = {"e4m3": (464.0, False), "e5m2": (61440.0, True)}
+"""Per format (threshold, tie overflows): where a non-saturating cast with round-to-nearest-even stops rounding
+to ±fmax. The threshold is the midpoint between fmax and the next step of the format's grid (E4M3: 448 and 480,
+whose code is NaN; E5M2: 57344 and 65536 = inf). At the midpoint itself the tie goes to the even mantissa:
+448 (0b110) for E4M3, inf for E5M2 — so E4M3 overflows for |x| > 464, E5M2 for |x| >= 61440 (torch's E5M2
+cast agrees, tested). Source: OCP 8-bit floating point specification (OFP8), rounding and overflow rules."""
+OVERFLOW_COUNTS = ("cast", "range")
 ALPHA_CHOICES = ("theory", "agnostic", "deterministic", "calibrated")
 STRATEGIES = ("delayed",) + ALPHA_CHOICES
 DELAYED_ALGOS = ("max", "most_recent")
@@ -615,8 +622,10 @@ class DelayedScaling:
     steps < t; after the step its amax is recorded and the scale recomputed:
     scale = fmax / amax_ref / 2^margin, amax_ref = max of the last ``history_len`` amaxes ("max") or the
     latest one ("most_recent"). Before any history the scale is 1 (TE default). As in TE, the previous
-    scale is kept when amax_ref is 0 or not finite. Any step whose amax exceeds amax_ref·2^margin
-    overflows.
+    scale is kept when amax_ref is 0 or not finite. As TE's reduction (``fmaxf``, starting from 0), "max"
+    skips NaN entries: a NaN amax is recorded but does not freeze the scale while it stays in the history
+    (a history of NaN only gives amax_ref 0: the scale is kept). Any step whose amax exceeds
+    amax_ref·2^margin overflows.
 
     Args:
         history_len: >= 1 (TE default 1024). margin: >= 0. algo: "max" or "most_recent".
@@ -641,7 +650,9 @@ class DelayedScaling:
         """The reference amax the current scale came from (None while the history is empty)."""
         if not self.history:
             return None
-        return max(self.history) if self.algo == "max" else self.history[-1]
+        if self.algo == "most_recent":
+            return self.history[-1]
+        return max((a for a in self.history if not math.isnan(a)), default=0.0)  # TE: fmaxf from 0 skips NaN
 
     def update(self, amax: float) -> float:
         """Record this step's amax and recompute the scale for the next step; returns the new scale."""
@@ -691,21 +702,35 @@ def _check_scale(scale: float | Tensor) -> None:
         raise ValueError(f"scale must be finite and > 0, got {scale!r}")
 
 
-def count_overflow(x: Tensor, scale: float | Tensor, fmt: str = "e4m3", mask: Tensor | None = None) -> int:
-    """Number of entries with |x·s| > fmax, counted **before** any cast to FP8.
+def count_overflow(
+    x: Tensor, scale: float | Tensor, fmt: str = "e4m3", mask: Tensor | None = None, *, count: str = "cast"
+) -> int:
+    """Number of entries of x·s that overflow FP8, counted on the scaled values **before** any cast.
 
-    Why before: casting semantics differ — PyTorch >= 2.12 saturates E4M3 overflow to ±448 (even inf),
-    older builds and ml_dtypes give NaN, E5M2 overflow gives inf, and values slightly above fmax may round
-    down to fmax. Counting on the scaled values avoids all of that. NaN entries are not counted.
+    ``count="cast"`` (default): the entries a non-saturating cast (round to nearest, ties to even) turns into
+    NaN (E4M3) or inf (E5M2): |x·s| > 464 for E4M3, |x·s| >= 61440 for E5M2 (:data:`CAST_OVERFLOW`). Values in
+    (fmax, threshold] round *down* to ±fmax and are not overflows. ``count="range"``: every entry with
+    |x·s| > fmax, i.e. outside the representable range before rounding (what a saturating cast clips).
+
+    Why before the cast: casting semantics differ — PyTorch >= 2.12 saturates E4M3 overflow to ±448 (even inf),
+    older builds and ml_dtypes give NaN, E5M2 overflow gives inf. Counting on the scaled values gives the
+    same number everywhere. NaN entries are not counted.
 
     Args: x: any shape; scale: s > 0; fmt: "e4m3" or "e5m2"; mask: optional bool tensor broadcastable to
-        x, True where entries count (e.g. allowed attention pairs).
+        x, True where entries count (e.g. allowed attention pairs); count: "cast" or "range".
     Returns: int.
-    Raises: ValueError for an unknown format or a bad scale.
+    Raises: ValueError for an unknown format or count, or a bad scale.
     """
     fmax = FP8_MAX[_check_fmt(fmt)]
     _check_scale(scale)
-    over = (_wide(x) * scale).abs() > fmax
+    if count not in OVERFLOW_COUNTS:
+        raise ValueError(f"count must be one of {OVERFLOW_COUNTS}, got {count!r}")
+    scaled = (_wide(x) * scale).abs()
+    if count == "range":
+        over = scaled > fmax
+    else:
+        threshold, tie_overflows = CAST_OVERFLOW[fmt]
+        over = scaled >= threshold if tie_overflows else scaled > threshold
     if mask is not None:
         over = over & mask
     return int(over.sum())
@@ -731,7 +756,8 @@ class FP8Probe:
     Per layer ℓ it computes σ^(ℓ) exactly from the folded weights (:func:`fold_qk`, ρ² = d_in),
     K = B · (allowed pairs summed over heads), N = B · n_head · T, the bounds of :func:`logit_bounds`, and
     for each strategy the scale it would have used at this step — chosen *before* looking at this step's
-    logits — and the number of allowed logits with |S·s| > fmax (counted before the cast).
+    logits — and the number of allowed logits that overflow a non-saturating cast with that scale
+    (:func:`count_overflow` with ``count="cast"``: |S·s| > 464 for E4M3; values in (448, 464] round to 448).
 
     Strategies: "delayed" (:class:`DelayedScaling`, history in probe calls: with ``every`` > 1 it sees
     only every ``every``-th step), "theory" (α*(δ)), "agnostic", "deterministic" (α = 1), "calibrated"
@@ -801,7 +827,7 @@ class FP8Probe:
         return {
             "delta": self.delta, "margin": self.margin, "strategies": list(self.strategies), "fmt": self.fmt,
             "power_of_two": self.power_of_two, "history_len": history_len, "algo": algo, "kappa": kappa,
-            "burn_in": burn_in, "decay": decay,
+            "burn_in": burn_in, "decay": decay, "overflow_count": "cast",
         }  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:

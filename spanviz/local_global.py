@@ -284,8 +284,9 @@ def flex_attention(q: Tensor, k: Tensor, v: Tensor, mask_mod: MaskMod) -> Tensor
     :data:`FLEX_RECOMPILE_LIMIT` per process (see :func:`_compiled_flex`).
 
     Raises:
-        ValueError: bad shapes; d_head < 16 on CUDA; or a non-CUDA input that requires grad (no
-        FlexAttention backward there — use "sdpa").
+        ValueError: bad shapes; d_head < 16 on CUDA; or a non-CUDA input with ``requires_grad=True``, with
+        or without grad mode (no FlexAttention backward there, and torch rejects such inputs even under
+        ``torch.no_grad()``: ``.detach()`` them, or use "sdpa").
     Source: PyTorch FlexAttention (``torch.nn.attention.flex_attention``).
     """
     from torch.nn.attention.flex_attention import flex_attention as _flex
@@ -306,10 +307,11 @@ def flex_attention(q: Tensor, k: Tensor, v: Tensor, mask_mod: MaskMod) -> Tensor
         with torch.autocast("cuda", enabled=False):
             return _compiled_flex()(q.to(dtype), k.to(dtype), v.to(dtype),
                                     block_mask=block_mask(mask_mod, H, T, q.device))
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+    if any(t.requires_grad for t in (q, k, v)):  # torch refuses these even under torch.no_grad()
         raise ValueError(
             f"flex_attention on device={q.device.type!r} supports forward only (no FlexAttention backward "
-            "outside CUDA); use attn_backend='sdpa' or 'explicit', or run under torch.no_grad()"
+            "outside CUDA) and refuses inputs with requires_grad=True, even under torch.no_grad(); pass "
+            "q.detach(), k.detach(), v.detach(), or use attn_backend='sdpa' or 'explicit'"
         )
     with warnings.catch_warnings():  # "called without torch.compile()": intended here, see docstring
         warnings.simplefilter("ignore", UserWarning)

@@ -1,13 +1,16 @@
 """Span / violation gradient scaling: split ∂L/∂S into blocks by projections onto the spans of Q, K, V.
 
 Source: Kim, Yun, Yoon, "Scaling Bidirectional Spans and Span Violations in Attention Mechanism",
-arXiv 2512.13033 (2025). **What the paper states** (as far as known here): the forward pass is unchanged;
-the score gradient is split into 8 blocks S1..S8 by how many orthogonal ("violation") projections each
-involves — orders 0..3 with 1, 3, 3, 1 blocks — using projection operators built from K and V with d×d Gram
-inverses; each order gets a scale α0..α3, written as a bracket [α0 α1 α2 α3] ([1111] = standard gradient,
-[1000] = keep only the 0th-order "bidirectional parallel span"); V's gradient passes through unmodified;
-a cheaper 4-component variant exists. **The exact placement of the projections is spanviz's
-reconstruction**, defined precisely below; users can switch it (presets, or their own slot lists).
+arXiv 2512.13033 (2025). **Its abstract** states: an asymmetric projection splits the backward-pass gradients
+into parallel spans and orthogonal violations; the forward pass is unchanged; scaling mainly the 0th-order
+bidirectional parallel spans helps (0.56 % lower validation loss on WikiText-2). **Published secondary
+summaries of the paper** (not checked against its body) add: the score gradient is split into 8 blocks
+S1..S8 by how many orthogonal ("violation") projections each involves — orders 0..3 with 1, 3, 3, 1 blocks —
+using projection operators built from K and V with d×d Gram inverses; each order gets a scale α0..α3,
+written as a bracket [α0 α1 α2 α3] ([1111] = standard gradient, [1000] = keep only the 0th-order
+"bidirectional parallel span"); V's gradient passes through unmodified; a cheaper 4-component variant
+exists. **The exact placement of the projections is spanviz's reconstruction**, defined precisely below;
+users can switch it (presets, or their own slot lists).
 
 Notation, per (batch, head): Q, K, V ∈ R^{T×d} (d = d_head, T = context length), S = QKᵀ/√d (pre-mask),
 dS = ∂L/∂S ∈ R^{T×T}.
@@ -15,8 +18,12 @@ dS = ∂L/∂S ∈ R^{T×T}.
 * **Projector** (token space): Π_X = X (XᵀX)⁻¹ Xᵀ ∈ R^{T×T}, the orthogonal projector onto the column span
   of X (a d-dimensional subspace of R^T); Π_X^⊥ = I − Π_X. Only the d×d Gram XᵀX is inverted and no T×T
   matrix is formed: with X⁺ = (XᵀX + λI)⁻¹Xᵀ (d×T, by Cholesky), Π_X M = X (X⁺ M) and M Π_X = (M X) X⁺.
-  Ridge λ = ε·tr(XᵀX)/d (ε = ``ridge``, default 1e-6); pinv fallback when Cholesky fails. If T ≤ d the
-  span of X is (generically) all of R^T, so Π_X = I exactly and Π_X^⊥ = 0: nothing to scale.
+  Ridge λ = ε·tr(XᵀX)/d (ε = ``ridge``, default 1e-6); pinv fallback when Cholesky fails. The ridge biases
+  Π_X slightly: its eigenvalues on the span are s_i²/(s_i² + λ) instead of 1, an under-projection of at most
+  λ/(s_min² + λ) ≤ ε·κ(XᵀX) (:func:`ridge_bias`; e.g. ≈ 4e-6 at κ 8, ≈ 2.6e-4 at κ 3e3), which
+  :class:`SpanProbe` reports with κ. If T ≤ d and X has rank T, the span of X is all of R^T, so Π_X = I
+  exactly and Π_X^⊥ = 0: nothing to scale. If T ≤ d but rank(X) < T (e.g. K = 0, or ``qk_rank`` < T ≤
+  d_head for q), Π_X is the projector onto the smaller span, as for T > d — the rank is checked.
 * **Slot**: (side, basis) with side ∈ {left, right}, basis ∈ {Q, K, V}; it inserts I = Π + Π^⊥ on that
   side of dS. A **decomposition** is an ordered slot list; n slots give 2ⁿ **blocks**, one per choice of
   Π or Π^⊥ in each slot. A block's **order** is its number of Π^⊥ factors. On each side the first slot in
@@ -352,9 +359,12 @@ class SpanProjector:
         dtype: compute dtype; None = float32 (float64 for float64 X).
 
     Attributes:
-        identity: True when T <= d (the span is all of R^T, Π = I; generic full-rank X assumed).
+        identity: True when T <= d and every batch element of X has rank T (checked with
+            ``torch.linalg.matrix_rank``, default tolerance): the span is all of R^T and Π = I exactly.
+            A rank-deficient X with T <= d (e.g. K = 0, or q of ``qk_rank`` < T) is projected like T > d.
         pinv: X⁺ = (XᵀX + λI)⁻¹ Xᵀ, (..., d, T); None when ``identity``. Computed by Cholesky; batch
             elements whose Cholesky fails use ``torch.linalg.pinv(X)`` instead (logged at debug level).
+            The ridge under-projects by at most λ/(s_min² + λ) ≤ ε·κ(XᵀX) (see :func:`ridge_bias`).
 
     ``left(M)`` = Π_X M for M (..., T, m); ``right(M)`` = M Π_X for M (..., m, T). Each costs two matmuls,
     O(T·m·d). Source: spanviz reconstruction of the paper's "d×d Gram inverse" projectors.
@@ -366,7 +376,8 @@ class SpanProjector:
         # matmul would otherwise copy them again.
         self.X = X.to(dtype or _compute_dtype(X.dtype)).contiguous()
         T, d = X.shape[-2], X.shape[-1]
-        self.identity = T <= d
+        # T <= d: the span is all of R^T only if X has full row rank (K = 0 or a low-rank q has a smaller span)
+        self.identity = T <= d and bool((torch.linalg.matrix_rank(self.X) == T).all())
         self.pinv = None if self.identity else _ridge_pinv(self.X, ridge)
 
     def left(self, M: Tensor) -> Tensor:
@@ -741,7 +752,11 @@ class LayerBlocks:
         norms: (n_blocks, H) Frobenius norm of each block over the batch, per head.
         ds_norm: (H,) Frobenius norm of dS per head.
         order_share: (n_orders_used, H) energy share of each order: ‖D_o‖² / Σ_o ‖D_o‖², D_o = the sum of
-            the blocks of order o. (Blocks are not mutually orthogonal, so Σ‖block‖² ≠ ‖dS‖² in general.)
+            the blocks of order o. (Each slot splits the matrix it acts on into two orthogonal parts, so the
+            energies add up along the slots: Σ_blocks ‖block‖² = ‖dS‖², and the shares ‖block‖²/‖dS‖² —
+            ``rel_norm``² in :meth:`rows` — sum to 1, exactly for exact projectors and to about ε·κ with the
+            ridge. Blocks on different branches need not be orthogonal to each other, so the blocks of one
+            order can interfere: Σ_o ‖D_o‖² differs from ‖dS‖², hence the normalisation.)
         blocks: (n_blocks, H, T, T) the blocks of batch element ``sample`` (for heatmaps).
     """
 
@@ -886,6 +901,25 @@ def gram_condition(X: Tensor) -> Tensor:
     return torch.where(s[..., -1] > 0, (s[..., 0] / s[..., -1]).pow(2), torch.full_like(s[..., 0], math.inf))
 
 
+def ridge_bias(X: Tensor, ridge: float = DEFAULT_RIDGE) -> Tensor:
+    """How much the ridge under-projects: ‖Π_X − Π_X,ridge‖₂ = λ/(s_min² + λ), λ = ε·tr(XᵀX)/d.
+
+    Π_X,ridge = X(XᵀX + λI)⁻¹Xᵀ has eigenvalues s_i²/(s_i² + λ) on the span of X (s_i its singular values),
+    so the worst direction loses λ/(s_min² + λ) ≤ ε·(tr(XᵀX)/d)/s_min² ≤ ε·κ(XᵀX) of its length.
+
+    Args: X: (..., T, d) with T > d; ridge: ε >= 0. Computed in float64.
+    Returns: (...,) the bias, in [0, 1] (1 when X is rank deficient: a direction of the span is lost).
+    Raises: ValueError for X with T <= d (no ridge is used there) or a bad ridge.
+    Source: spanviz (spectral calculus of the ridge projector).
+    """
+    if X.dim() < 2 or X.shape[-2] <= X.shape[-1]:
+        raise ValueError(f"X must have shape (..., T, d) with T > d, got {tuple(X.shape)}")
+    ridge = _resolve_ridge(None, ridge)
+    s2 = torch.linalg.svdvals(X.detach().double()).pow(2)
+    lam = ridge * s2.sum(-1) / X.shape[-1]
+    return torch.where(lam > 0, lam / (s2[..., -1] + lam), torch.zeros_like(lam))
+
+
 def _finite_or_none(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
@@ -906,7 +940,8 @@ class SpanProbe:
     for span geometry): ``spans/L{l}/share_order{o}`` (energy share of order o in dS),
     ``spans/L{l}/cos_dq``, ``ratio_dq``, ``cos_dk``, ``ratio_dk`` (cos(dQ', dQ), ‖dQ'‖/‖dQ‖),
     ``spans/L{l}/cos_{XY}_mean`` and ``cos_{XY}_min`` (principal-angle cosines between spans),
-    ``spans/L{l}/log10_cond_{X}`` (log10 κ of the Gram XᵀX; None when infinite); with ``per_head`` also
+    ``spans/L{l}/log10_cond_{X}`` (log10 κ of the Gram XᵀX; None when infinite) and, for T > d_head,
+    ``spans/L{l}/ridge_bias_{X}`` (the worst :func:`ridge_bias` over batch and heads); with ``per_head`` also
     ``spans/L{l}/h{h}/share_order{o}``, ``.../h{h}/cos_dq``, ``.../h{h}/ratio_dq``.
     Raises:
         ValueError: bad ``every`` or ``cfg``.
@@ -950,8 +985,11 @@ class SpanProbe:
                 out[f"{p}/cos_{a}{b}_mean"] = float(cos.mean())
                 out[f"{p}/cos_{a}{b}_min"] = float(cos[..., -1].mean())
             for name in ("Q", "K", "V"):
-                kappa = gram_condition(getattr(c, name.lower()))
+                X = getattr(c, name.lower())
+                kappa = gram_condition(X)
                 out[f"{p}/log10_cond_{name}"] = _finite_or_none(float(kappa.log10().mean()))
+                if X.shape[-2] > X.shape[-1]:
+                    out[f"{p}/ridge_bias_{name}"] = float(ridge_bias(X, cfg.ridge).max())
             if self.per_head:
                 for h in range(shares.shape[1]):
                     for o in range(shares.shape[0]):

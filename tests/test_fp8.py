@@ -347,10 +347,25 @@ def test_delayed_scaling_transformer_engine_semantics():
     assert recent.scale == pytest.approx(57344 / 1.0 / 2)
     recent.update(0.0)  # amax 0 keeps the previous scale (TE)
     assert recent.scale == pytest.approx(57344 / 2)
+    recent.update(float("nan"))  # the latest amax is not finite: the previous scale stays
+    assert recent.scale == pytest.approx(57344 / 2)
     bad = [(dict(history_len=0), "history_len"), (dict(algo="mean"), "algo"), (dict(margin=-1), "margin")]
     for kwargs, field in bad:
         with pytest.raises(ValueError, match=field):
             fp8.DelayedScaling(**kwargs)
+
+
+def test_delayed_scaling_skips_nan_amax_like_transformer_engine():
+    """TE reduces the history with fmaxf (from 0), which skips NaN: one NaN amax must not freeze the scale."""
+    ds = fp8.DelayedScaling(history_len=4)
+    ds.update(float("nan"))
+    assert ds.amax_ref == 0.0 and ds.scale == 1.0  # only NaN so far: amax_ref 0, the scale is kept
+    ds.update(10.0)  # Python's max([nan, 10]) is nan: the scale would stay 1 until the NaN left the history
+    assert ds.amax_ref == 10.0 and ds.scale == pytest.approx(44.8)
+    ds.update(float("nan"))
+    ds.update(20.0)
+    assert ds.amax_ref == 20.0 and ds.scale == pytest.approx(22.4)
+    assert list(ds.history)[0] != list(ds.history)[0]  # the NaN is recorded, as in TE's amax history
 
 
 # -------------------------------------------------------------------------------------- FP8 mechanics
@@ -375,26 +390,37 @@ def test_fake_quantize_round_trip_and_saturation(fmt, rel):
 @pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
 def test_count_overflow_is_independent_of_cast_behaviour(fmt):
     fmax = fp8.FP8_MAX[fmt]
-    # Just above fmax (the cast may round these down to fmax), far above, and inf: all overflow.
+    # Just above fmax (a cast rounds these down to fmax), far above, and inf: all outside the range.
     over = torch.tensor([fmax * 1.001, -fmax * 1.01, fmax * 100, float("inf")])
     fine = torch.tensor([fmax, -fmax, 0.0, 1.0])
     raw = over.to(fp8.FORMATS[fmt]).float()
     # Whatever this torch build does on overflow (saturate to ±fmax, NaN, inf, round down) ...
     assert bool(((raw.abs() == fmax) | ~torch.isfinite(raw)).all())
     # ... the count on the scaled values before the cast sees every one of them.
-    assert fp8.count_overflow(over, 1.0, fmt) == 4
-    assert fp8.count_overflow(fine, 1.0, fmt) == 0
-    assert fp8.count_overflow(torch.cat([over, fine]) / 8, 8.0, fmt) == 4
+    assert fp8.count_overflow(over, 1.0, fmt, count="range") == 4
+    assert fp8.count_overflow(over, 1.0, fmt) == 2  # a cast rounds the first two down to ±fmax
+    assert fp8.count_overflow(fine, 1.0, fmt) == 0 == fp8.count_overflow(fine, 1.0, fmt, count="range")
+    assert fp8.count_overflow(torch.cat([over, fine]) / 8, 8.0, fmt, count="range") == 4
     mask = torch.tensor([True, False, True, False])
-    assert fp8.count_overflow(over, 1.0, fmt, mask=mask) == 2
+    assert fp8.count_overflow(over, 1.0, fmt, mask=mask, count="range") == 2
     assert fp8.count_overflow(torch.tensor([float("nan")]), 1.0, fmt) == 0
     assert fp8.utilisation(fmax / 4, 2.0, fmt) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="count"):
+        fp8.count_overflow(over, 1.0, fmt, count="after")
 
 
-def test_e4m3_just_above_max_rounds_to_finite_but_is_counted():
-    x = torch.tensor([449.0, 460.0])
-    assert bool(torch.isfinite(x.to(torch.float8_e4m3fn).float()).all())  # a post-cast NaN check would miss these
-    assert fp8.count_overflow(x, 1.0, "e4m3") == 2
+def test_count_overflow_counts_what_a_non_saturating_cast_does():
+    # E4M3 (OCP OFP8): 448 = 1.110b·2^8; the next grid point 480 (1.111b·2^8) is the NaN code. Round to nearest
+    # even: (448, 464) → 448, the tie 464 → 448 (even mantissa), above 464 → NaN. Hand-computed:
+    x = torch.tensor([448.0, 449.0, 460.0, 463.9, 464.0, 464.1, 480.0, -500.0])
+    assert fp8.count_overflow(x, 1.0, "e4m3") == 3  # 464.1, 480, -500
+    assert fp8.count_overflow(x, 1.0, "e4m3", count="range") == 7  # everything above 448
+    assert bool(torch.isfinite(x[:5].to(torch.float8_e4m3fn).float()).all())  # these do round to finite values
+    # E5M2 (non-saturating in torch): compare with torch's own cast, an independent implementation.
+    y = torch.tensor([57344.0, 57345.0, 61439.0, 61440.0, 61441.0, 70000.0, -61440.0])
+    cast_overflows = int((~torch.isfinite(y.to(torch.float8_e5m2).float())).sum())
+    assert cast_overflows == 4 and fp8.count_overflow(y, 1.0, "e5m2") == cast_overflows
+    assert fp8.count_overflow(y, 1.0, "e5m2", count="range") == 6
 
 
 # ------------------------------------------------------------------------------------------------ probe

@@ -36,6 +36,41 @@ def test_weight_swap_overflows_delayed_scaling_only(synthetic):
     assert "overflow_before" in exp.format_summary(res)
 
 
+def test_fp8_sweep_keeps_runs_swaps_every_seed_and_tests_strategies_against_delayed(synthetic, tmp_path):
+    from spanviz.experiments.core import compare_groups, read_per_seed, save_sweep
+    from spanviz.store import ResultsStore
+
+    kwargs = dict(seeds=2, steps=8, at_step=3, window=2, scale_wq=8.0, data=synthetic, model=TINY_MODEL,
+                  train=TINY_TRAIN, scenarios=("none", "weight_swap"), margins=(0,))  # fmt: skip
+    store = ResultsStore(tmp_path / "runs")
+    res = exp.fp8_sweep(store=store, **kwargs)
+    json.dumps(res)
+    assert len(store.list()) == 4 and res["event_step"] == {"none": 3, "weight_swap": 4}
+    table = res["per_seed"]
+    assert len(table) == 2 * 2 * 4  # variants × seeds × strategies
+    swap = [r for r in table if r["scenario"] == "weight_swap" and r["strategy"] == "delayed"]
+    assert [r["seed"] for r in swap] == [0, 1] and all(r["overflow_during"] > 0 for r in swap)  # each seed swapped
+    assert all(r["overflow_during"] == 0 for r in table if r["strategy"] == "deterministic")
+    assert all(0 < r["alpha_obs_median"] <= r["alpha_obs_max"] <= 1 for r in table)
+    rows = {(r["scenario"], r["strategy"]): r for r in res["rows"]}
+    assert rows[("weight_swap", "delayed")]["verdict"] == "baseline"
+    det = rows[("weight_swap", "deterministic")]
+    assert det["diff"] < 0 and det["n_pairs"] == 2 and det["p"] is not None
+    assert rows[("none", "deterministic")]["verdict"] in (
+        "no difference in any seed", "within noise", "significant at 5 % after Holm: lower (better) than delayed")
+    assert "weight_swap/margin=0: logits overflowing in the transient window — delayed in 2 of 2" in res["verdict"]
+    # replayed from the store: nothing trains, the same table; the files recompute the same rows
+    again = exp.fp8_sweep(store=store, progress=lambda *a: None, **kwargs)
+    assert again["per_seed"] == table and len(store.list()) == 4
+    _, per_seed_json, _ = save_sweep(res, tmp_path / "fp8.json", runs=False)
+    recomputed = compare_groups(read_per_seed(per_seed_json), res["comparisons"])
+    assert [r["p_holm"] for r in recomputed] == [r["p_holm"] for r in res["rows"]]
+    with pytest.raises(ValueError, match="margins"):
+        exp.fp8_sweep(**{**kwargs, "margins": (0, 0)})
+    with pytest.raises(ValueError, match="size"):
+        exp.fp8_sweep("gpu", data=synthetic)
+
+
 def test_weight_swap_loads_checkpoint_weights(synthetic, tmp_path):
     cfg = GPTConfig(vocab_size=64, **TINY_MODEL)
     donor = Trainer(cfg, TrainConfig(steps=2, seed=1, device="cpu", **TINY_TRAIN), synthetic)

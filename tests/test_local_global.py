@@ -163,6 +163,12 @@ def test_flex_on_cpu_refuses_gradients_with_a_clear_error():
     q, k, v = _qkv(T=16)
     with pytest.raises(ValueError, match="forward only"):
         lg.flex_attention(q, k, v, lg.head_mask_mod(2, 5))
+    # torch rejects CPU inputs with requires_grad=True even under no_grad: the advice is .detach()
+    with torch.no_grad(), pytest.raises(ValueError, match=r"\.detach\(\)"):
+        lg.flex_attention(q, k, v, lg.head_mask_mod(2, 5))
+    with torch.no_grad():  # the advice works
+        out = lg.flex_attention(q.detach(), k.detach(), v.detach(), lg.head_mask_mod(2, 5))
+    torch.testing.assert_close(out, lg.sdpa_attention(q, k, v, lg.head_mask_mod(2, 5)).detach(), rtol=1e-5, atol=1e-5)
 
 
 SMALL_LS = dict(vocab_size=97, context_length=48, n_layer=2, n_head=4, d_model=64, n_local=3, window=4)

@@ -28,6 +28,8 @@ def test_sweep_structure_on_synthetic_data(synthetic):
     metrics = {(r["variant"], r["metric"]) for r in res["rows"]}
     assert metrics == {(v, m) for v in exp.VARIANTS for m in ("best_val_loss", *exp.GROWTH_METRICS)}
     assert res["mhsa_grows_faster"] is None and "one seed" in res["verdict"]
+    assert [(r["variant"], r["seed"]) for r in res["per_seed"]] == [("mhsa", 0), ("ls", 0), ("qk_norm", 0)]
+    assert len(res["comparisons"]) == 5 and all(r["p"] is None for r in res["rows"])  # one seed: no test
     assert [(r["variant"], r["seed"]) for r in res["runs"]] == [("mhsa", 0), ("ls", 0), ("qk_norm", 0)]
     for run in res["runs"]:
         assert run["status"] == "finished"
@@ -67,21 +69,27 @@ def _record(variant: str, seed: int, curve: list[float]) -> RunRecord:
 
 
 def _rows(records):
-    rows = summarize(records, "best_val_loss", baseline="mhsa")
-    for name in exp.GROWTH_METRICS:
-        rows += summarize(records, getattr(exp, name), baseline="mhsa")
-    return rows
+    from spanviz.experiments.core import compare_groups, per_seed_table
+
+    table = per_seed_table(records, {"best_val_loss": "best_val_loss",
+                                     **{name: getattr(exp, name) for name in exp.GROWTH_METRICS}})  # fmt: skip
+    return compare_groups(table, [{"baseline": "mhsa", "metric": m} for m in ("best_val_loss", *exp.GROWTH_METRICS)])
 
 
-def test_growth_verdict_says_yes_no_or_unresolved_from_seed_spread():
-    mhsa = [_record("mhsa", s, [1, 10 + s, 20 + s]) for s in range(3)]
-    low_ls = [_record("ls", s, [1, 4 + s, 5 + s]) for s in range(3)]
-    high_ls = [_record("ls", s, [1, 30 + s, 40 + s]) for s in range(3)]
-    noisy_ls = [_record("ls", s, [1, 5, v]) for s, v in enumerate((5.0, 21.0, 37.0))]
+def test_growth_verdict_says_yes_no_or_unresolved_from_paired_tests():
+    mhsa = [_record("mhsa", s, [1, 10 + 3 * s, 20 + 20 * s]) for s in range(5)]
+    low_ls = [_record("ls", s, [1, 4 + 3 * s, 5 + 20 * s + 0.1 * (-1) ** s]) for s in range(5)]
+    high_ls = [_record("ls", s, [1, 30 + 3 * s, 40 + 20 * s + 0.1 * (-1) ** s]) for s in range(5)]
+    noisy_ls = [_record("ls", s, [1, 5, v]) for s, v in enumerate((5.0, 41.0, 17.0, 30.0, 22.0))]
     sentence, yes = exp.growth_verdict(_rows(mhsa + low_ls))
     assert yes is True and sentence.startswith("Does MHSA's max logit grow faster than LS's? yes")
+    assert "paired t(4)" in sentence and "Holm p" in sentence
     assert exp.growth_verdict(_rows(mhsa + high_ls))[1] is False
-    assert exp.growth_verdict(_rows(mhsa + noisy_ls))[1] is None
+    sentence, unresolved = exp.growth_verdict(_rows(mhsa + noisy_ls))
+    assert unresolved is None and "not resolved (within noise)" in sentence
+    # the seeds share a large offset: unpaired, these peaks would not separate; paired, they do
+    peak = next(r for r in _rows(mhsa + low_ls) if r["variant"] == "ls" and r["metric"] == "peak_max_logit")
+    assert peak["p_holm"] < 0.05 < peak["welch_p"]
     with pytest.raises(ValueError, match="peak_max_logit"):
         exp.growth_verdict(summarize(mhsa + low_ls, "best_val_loss", baseline="mhsa"))
 

@@ -161,6 +161,39 @@ def test_blocks_sum_to_dS_any_preset_any_ridge(preset, ridge, T, d, seed):
     torch.testing.assert_close(blocks.sum(0), dS, atol=1e-5 * dS.abs().max(), rtol=0)
 
 
+@pytest.mark.parametrize("preset", spans.PRESETS)
+def test_block_energies_add_up_to_dS(preset):
+    """Each slot splits the matrix it acts on orthogonally, so Σ‖block‖² = ‖dS‖²: the shares sum to 1 —
+    although blocks on different branches are not orthogonal to each other."""
+    dS, q, k, v = random_qkv(2, 2, 24, 5, 7)
+    blocks = spans.decompose(dS, q, k, v, preset, ridge=0.0)
+    energy = blocks.pow(2).sum(dim=(1, 3, 4))  # (n_blocks, H)
+    torch.testing.assert_close(energy.sum(0), dS.pow(2).sum(dim=(0, 2, 3)), rtol=1e-10, atol=0)
+    if preset != "qk4":  # the claim is about sums, not pairs: some pairs of blocks do overlap
+        flat = blocks.flatten(1)
+        gram = flat @ flat.T
+        assert (gram - torch.diag(gram.diag())).abs().max() > 1e-6 * gram.diag().max()
+    # with the default ridge the sum is off by about ε·κ at most
+    ridged = spans.decompose(dS, q, k, v, preset).pow(2).sum() / dS.pow(2).sum()
+    assert abs(float(ridged) - 1) < 1e-6 * max(float(spans.gram_condition(x).max()) for x in (q, k, v)) * 4
+
+
+def test_ridge_bias_is_the_under_projection_of_the_ridge():
+    g = torch.Generator().manual_seed(0)
+    basis, _ = torch.linalg.qr(torch.randn(64, 4, generator=g, dtype=torch.float64))
+    for s in ([1.0, 1.0, 1.0, 1.0], [4.0, 3.0, 2.0, 1.0], [50.0, 10.0, 3.0, 0.05]):
+        X = basis * torch.tensor(s, dtype=torch.float64)  # singular values s: κ(XᵀX) = (s_max/s_min)²
+        kappa = float(spans.gram_condition(X))
+        measured = torch.linalg.matrix_norm(ref_projector(X) - spans.SpanProjector(X).left(torch.eye(64).double()), 2)
+        bias = float(spans.ridge_bias(X))
+        lam = 1e-6 * sum(x * x for x in s) / 4
+        assert bias == pytest.approx(lam / (s[-1] ** 2 + lam)) and float(measured) == pytest.approx(bias, rel=1e-6)
+        assert bias <= 1e-6 * kappa * (1 + 1e-9)
+    assert float(spans.ridge_bias(torch.zeros(8, 2))) == 0.0
+    with pytest.raises(ValueError, match="T > d"):
+        spans.ridge_bias(torch.randn(3, 4))
+
+
 # ----------------------------------------------------------------------------- model helpers
 
 def make_model(spans_cfg=None, seed=0, **overrides):
@@ -257,6 +290,30 @@ def test_projector_is_identity_when_T_le_d():
         X = torch.randn(2, T, d, dtype=torch.float64)
         torch.testing.assert_close(ref_projector(X), torch.eye(T, dtype=torch.float64).expand(2, T, T))
         assert spans.SpanProjector(X).identity
+
+
+def test_T_le_d_rank_deficient_X_is_projected_onto_its_span():
+    """T <= d is Π = I only for full-rank X: K = 0 spans {0}, and a rank-r q (qk_rank) spans r dimensions."""
+    g = torch.Generator().manual_seed(3)
+    T, d = 6, 8
+    M = torch.randn(3, T, T, generator=g, dtype=torch.float64)
+    X = torch.randn(3, T, d, generator=g, dtype=torch.float64)
+    X[0] = 0.0  # K = 0: before the rank check Π was I here (dS unchanged), but 0 for T > d
+    X[1] = torch.randn(T, 2, generator=g, dtype=torch.float64) @ torch.randn(2, d, generator=g, dtype=torch.float64)
+    P = spans.SpanProjector(X, ridge=0.0)
+    assert not P.identity
+    torch.testing.assert_close(P.left(M), ref_projector(X) @ M)
+    torch.testing.assert_close(P.right(M), M @ ref_projector(X))
+    assert P.left(M)[0].abs().max() == 0
+    # the same rank-2 span in float32, as in training, with the default ridge: the span is found
+    low = spans.SpanProjector(X[1:2].float())
+    assert not low.identity
+    torch.testing.assert_close(low.left(M[1:2].float()), (ref_projector(X[1:2]) @ M[1:2]).float(), atol=1e-4, rtol=0)
+    # K = 0 at T <= d gives the same blocks as at T > d: every part of dS is a violation of the key span
+    for T_, d_ in ((4, 8), (12, 3)):
+        dS, q, _, v = random_qkv(1, 1, T_, d_, 1)
+        out = spans.scale_score_grad(dS, q, torch.zeros_like(q), v, SpanConfig(alphas="1000"))
+        assert out.abs().max() == 0
 
 
 @pytest.mark.parametrize("preset", spans.PRESETS)
@@ -548,6 +605,8 @@ def test_score_grad_blocks_and_state_restored():
         torch.testing.assert_close(rep.order_share.sum(0), torch.ones(H))
         rows = rep.rows()
         assert len(rows) == 8 * H and {"layer", "head", "block", "order", "norm", "rel_norm"} <= set(rows[0])
+        for h in range(H):  # the documented identity: the shares ‖block‖²/‖dS‖² sum to 1 (ridge: ≈ ε·κ)
+            assert sum(r["rel_norm"] ** 2 for r in rows if r["head"] == h) == pytest.approx(1.0, abs=1e-4)
 
 
 def test_principal_angles_and_condition():
@@ -592,4 +651,5 @@ def test_span_probe_protocol():
         assert 0 < out[f"spans/L{layer}/ratio_dq"] < 1
         assert 0 <= out[f"spans/L{layer}/cos_QK_min"] <= out[f"spans/L{layer}/cos_QK_mean"] <= 1
         assert out[f"spans/L{layer}/log10_cond_K"] > 0
+        assert 0 <= out[f"spans/L{layer}/ridge_bias_K"] <= 1e-6 * 10 ** out[f"spans/L{layer}/log10_cond_K"] * 10
         assert f"spans/L{layer}/h1/cos_dq" in out

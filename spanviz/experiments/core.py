@@ -3,18 +3,34 @@
 The technique experiments (:mod:`spanviz.experiments.spans`, ``ls``, ``fp8``) describe *what* to compare as
 named ``(GPTConfig, TrainConfig)`` variants; this module trains each variant with each seed — or replays it
 from a :class:`~spanviz.store.ResultsStore` when the same full configuration ran before — and reduces the runs
-to one row per variant with an honest verdict about the seed-to-seed noise.
+to a per-seed table and one row per variant with an honest verdict about the seed-to-seed noise.
+
+Statistics (SciPy): runs with the same seed share initial weights, batch order and evaluation batches, so each
+comparison is a **paired** t-test on the per-seed differences (95 % confidence interval, t, df, p), with
+Welch's unpaired test beside it as a check; the p-values of all comparisons of one sweep are **Holm**-corrected
+together, and a verdict reads "significant at 5 % after Holm: ..." or "within noise". To recompute a sweep's
+verdicts, read its per-seed file (:func:`read_per_seed`) and call :func:`compare_groups` with the
+``comparisons`` listed in its summary.
 """
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import logging
 import math
+import os
 import statistics
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+from scipy import stats
+
+from spanviz.files import atomic_write
 from spanviz.model import GPTConfig
 from spanviz.store import STORABLE, ResultsStore
 from spanviz.train import Probe, RunRecord, TrainConfig, Trainer, run_config, to_json_text
@@ -23,6 +39,29 @@ logger = logging.getLogger(__name__)
 
 METRICS = ("best_val_loss", "final_val_loss", "final_train_loss")
 """Named metrics of :func:`metric_value`; any history key also works (its last measured value)."""
+ALPHA = 0.05
+"""Family-wise significance level of the verdicts (Holm-corrected across the comparisons of one sweep)."""
+CONFIDENCE = 0.95
+"""Level of the confidence intervals of paired differences."""
+
+
+def seed_list(seeds: int | Sequence[int]) -> list[int]:
+    """A count n → seeds 0..n−1; a sequence → its distinct integers >= 0 as a list.
+
+    Raises: ValueError (naming ``seeds``) for a count < 1, an empty sequence, repeats, or non-integers.
+    """
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        if seeds < 1:
+            raise ValueError(f"seeds must be a count >= 1 or a list of seeds, got {seeds}")
+        return list(range(seeds))
+    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence):
+        raise ValueError(f"seeds must be a count >= 1 or a sequence of distinct integers >= 0, got {seeds!r}")
+    seeds = list(seeds)
+    if not seeds or len(set(seeds)) != len(seeds) or any(
+        isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds
+    ):
+        raise ValueError(f"seeds must be a count >= 1 or a non-empty list of distinct integers >= 0, got {seeds}")
+    return seeds
 
 
 def run_grid(
@@ -35,6 +74,7 @@ def run_grid(
     progress: Callable[[int, int, str], None] | None = None,
     tags: Mapping[str, Any] | None = None,
     callbacks: Sequence[Callable[[Trainer, dict[str, Any]], None]] = (),
+    callbacks_factory: Callable[[str], Sequence[Callable[[Trainer, dict[str, Any]], None]]] | None = None,
 ) -> list[RunRecord]:
     """Train every variant with every seed, or replay it from ``store``; returns the records in grid order.
 
@@ -55,6 +95,9 @@ def run_grid(
         progress: ``fn(done, total, label)`` after each run, label e.g. ``"qk4 seed 1 (replayed)"``.
         tags: JSON-able experiment tags (e.g. ``{"experiment": "spans"}``), stored in ``config["tags"]``.
         callbacks: trainer callbacks ``cb(trainer, row)`` for every trained run (e.g. live plots).
+        callbacks_factory: ``fn(variant_name) -> callbacks``, called once per trained run, for callbacks that
+            are part of the experiment (e.g. a weight swap): describe what they do in ``tags``, which are part
+            of the key — the callbacks themselves are not.
     Returns:
         One :class:`RunRecord` per (variant, seed), variant-major, in the order given.
     Raises:
@@ -91,7 +134,8 @@ def run_grid(
             record = store.get(run_config(model_cfg, seeded, data, probes, extra)) if store is not None else None
             replayed = record is not None
             if record is None:
-                trainer = Trainer(model_cfg, seeded, data, probes=probes, callbacks=callbacks, extra_config=extra)
+                run_callbacks = [*callbacks, *(callbacks_factory(name) if callbacks_factory is not None else ())]
+                trainer = Trainer(model_cfg, seeded, data, probes=probes, callbacks=run_callbacks, extra_config=extra)
                 record = trainer.run()
                 if store is not None and record.status in STORABLE:
                     store.put(record)
@@ -125,81 +169,247 @@ def metric_value(record: RunRecord, metric: str | Callable[[RunRecord], float | 
     return measured[-1] if measured else None
 
 
-def summarize(
-    records: Sequence[RunRecord],
-    metric: str | Callable[[RunRecord], float | None] = "best_val_loss",
-    baseline: str | None = "standard",
+# ========================================================================================== statistics
+def paired_comparison(
+    baseline: Mapping[int, float | None],
+    variant: Mapping[int, float | None],
     *,
-    lower_is_better: bool = True,
-) -> list[dict[str, Any]]:
-    """One tidy row per variant: seeds, mean, spread, change vs the baseline, and a plain verdict.
+    confidence: float = CONFIDENCE,
+) -> dict[str, Any]:
+    """Paired t-test (primary) and Welch's t-test (check) of ``variant − baseline`` over seeds.
 
-    Statistics use the runs that finished with a finite metric (diverged runs are counted in
-    ``n_diverged``, not averaged: their metric is not comparable). Rows, in order of first appearance:
-
-    * ``variant``, ``metric`` (its name), ``n`` (runs used), ``n_diverged``;
-    * ``mean``, ``std`` (sample standard deviation, ddof = 1; None for n < 2), ``min``, ``max``;
-    * ``rel_change_pct``: 100·(mean − baseline mean)/|baseline mean| (None for the baseline itself or
-      without a baseline);
-    * ``verdict``: "baseline"; "cannot tell: one seed" when the variant or the baseline has fewer than 2
-      runs; otherwise, with Δ = mean − baseline mean and the standard error of that difference
-      SE = √(std²/n + std_b²/n_b) (Welch), "better" / "worse" (by ``lower_is_better``) when |Δ| > 2·SE, else
-      "within seed noise" — with the numbers. ≈ a two-sided 95 % check for normal noise; with 2–3 seeds
-      it is a rough screen, not a significance test. "; k of N runs diverged" is appended when some did.
+    Runs with the same seed share initial weights, batch order and evaluation batches, so the primary test
+    pairs them: d_s = variant[s] − baseline[s] over the seeds both have, t = mean(d)/(sd(d)/√n), df = n − 1
+    (``scipy.stats.ttest_rel``), two-sided, with the t-based confidence interval of mean(d). Welch's unpaired
+    test (``scipy.stats.ttest_ind(equal_var=False)``) over every finite value of each arm is reported beside
+    it as a check. No multiple-comparison correction here: see :func:`holm` / :func:`compare_groups`.
 
     Args:
-        records: run records whose ``config`` has a ``variant`` (as from :func:`run_grid`).
-        metric: see :func:`metric_value`. baseline: the variant to compare with, or None for no comparison.
-        lower_is_better: True for losses.
+        baseline, variant: seed → value (e.g. best validation loss); None and non-finite values are ignored.
+        confidence: of the interval, in (0, 1).
+    Returns:
+        dict with ``n_pairs``, ``seeds`` (paired, sorted), ``baseline_mean`` (over the paired seeds),
+        ``diff`` (mean paired difference), ``diff_std`` (its sample sd), ``ci_low`` / ``ci_high``,
+        ``rel_change_pct`` / ``rel_ci_low_pct`` / ``rel_ci_high_pct`` (the same, in % of ``|baseline_mean|``),
+        ``t``, ``df``, ``p`` (paired), ``welch_t``, ``welch_df``, ``welch_p``. Statistics that need two pairs
+        (two values per arm for Welch) are None with fewer. When every paired difference is the same, sd = 0:
+        ``t`` is None and ``p`` is None if that difference is 0 (the arms are identical in every seed:
+        nothing to test), else 0.0 (the limit of t → ±∞).
     Raises:
-        ValueError: no records, a record without ``config["variant"]``, an unknown metric, or a baseline that
-            is not among the variants.
+        ValueError: confidence outside (0, 1), or a mapping key that is not an integer seed.
+    Source: Student's paired t-test and Welch's t-test as implemented by SciPy.
     """
-    records = list(records)
-    if not records:
-        raise ValueError("records must hold at least one RunRecord, got none")
-    groups: dict[str, list[RunRecord]] = {}
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 < confidence < 1:
+        raise ValueError(f"confidence must be a number in (0, 1), got {confidence!r}")
+    base, var = _finite_by_seed("baseline", baseline), _finite_by_seed("variant", variant)
+    seeds = sorted(set(base) & set(var))
+    n = len(seeds)
+    out: dict[str, Any] = dict.fromkeys(_COMPARISON_KEYS)
+    out.update(n_pairs=n, seeds=seeds)
+    if n:
+        diffs = [var[s] - base[s] for s in seeds]
+        out["baseline_mean"] = statistics.fmean(base[s] for s in seeds)
+        out["diff"] = statistics.fmean(diffs)
+    if n >= 2:
+        out["diff_std"] = statistics.stdev(diffs)
+        out["df"] = n - 1
+        if out["diff_std"] == 0:  # the same difference in every seed: no spread, the t statistic is undefined
+            out["ci_low"] = out["ci_high"] = out["diff"]
+            out["p"] = None if out["diff"] == 0 else 0.0  # identical arms: nothing to test (left out of Holm)
+        else:
+            with warnings.catch_warnings():  # near-identical arms: SciPy warns about cancellation; harmless here
+                warnings.simplefilter("ignore", RuntimeWarning)
+                paired = stats.ttest_rel([var[s] for s in seeds], [base[s] for s in seeds])
+            ci = paired.confidence_interval(confidence)
+            out.update(t=float(paired.statistic), p=float(paired.pvalue), ci_low=float(ci.low),
+                       ci_high=float(ci.high))  # fmt: skip
+    if len(base) >= 2 and len(var) >= 2:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            welch = stats.ttest_ind(list(var.values()), list(base.values()), equal_var=False)
+        out.update(welch_t=_finite(welch.statistic), welch_df=_finite(welch.df), welch_p=_finite(welch.pvalue))
+    ref = out["baseline_mean"]
+    if ref:  # not None, not 0
+        for key, rel in (("diff", "rel_change_pct"), ("ci_low", "rel_ci_low_pct"), ("ci_high", "rel_ci_high_pct")):
+            if out[key] is not None:
+                out[rel] = 100.0 * out[key] / abs(ref)
+    return out
+
+
+_COMPARISON_KEYS = ("n_pairs", "seeds", "baseline_mean", "diff", "diff_std", "ci_low", "ci_high", "rel_change_pct",
+                    "rel_ci_low_pct", "rel_ci_high_pct", "t", "df", "p", "welch_t", "welch_df", "welch_p")  # fmt: skip
+
+
+def _finite(x: Any) -> float | None:
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _finite_by_seed(name: str, values: Mapping[Any, Any]) -> dict[int, float]:
+    if not isinstance(values, Mapping):
+        raise ValueError(f"{name} must be a mapping seed → value, got {type(values).__name__}")
+    out = {}
+    for seed, value in values.items():
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"{name} keys must be integer seeds, got {seed!r}")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            out[seed] = float(value)
+    return out
+
+
+def holm(pvalues: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjusted p-values (family-wise error control), in the order given.
+
+    With the m non-None p-values sorted ascending p₍₁₎ ≤ … ≤ p₍ₘ₎: p̃₍ᵢ₎ = max_{j ≤ i} min(1, (m − j + 1)·p₍ⱼ₎).
+    Rejecting every hypothesis with p̃ < α keeps the chance of any false rejection ≤ α, for any dependence
+    between the tests. None stays None and does not count in m.
+
+    Raises: ValueError for a p-value outside [0, 1].
+    Source: S. Holm, "A simple sequentially rejective multiple test procedure", Scand. J. Statist. 6 (1979).
+    """
+    present = [(p, i) for i, p in enumerate(pvalues) if p is not None]
+    for p, _ in present:
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
+            raise ValueError(f"p-values must be numbers in [0, 1] or None, got {p!r}")
+    m = len(present)
+    adjusted: list[float | None] = [None] * len(pvalues)
+    running = 0.0
+    for rank, (p, i) in enumerate(sorted(present)):
+        running = max(running, min(1.0, (m - rank) * p))
+        adjusted[i] = running
+    return adjusted
+
+
+def per_seed_table(
+    records: Sequence[RunRecord],
+    metrics: Mapping[str, str | Callable[[RunRecord], float | None]] | Sequence[str] = ("best_val_loss",),
+    *,
+    info: Callable[[RunRecord], Mapping[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """One row per run: ``variant``, ``seed``, ``status``, each metric, and ``info(record)`` columns.
+
+    A metric is None for a run that did not finish (a diverged run's numbers are not comparable) or never
+    measured it. This table is what the statistics use: :func:`compare_groups` recomputes every verdict from
+    it, so a sweep's ``per_seed`` file (see :func:`save_sweep`) lets anyone check them.
+
+    Args:
+        records: run records with ``config["variant"]`` and ``config["seed"]`` (as from :func:`run_grid`).
+        metrics: names (see :func:`metric_value`) or name → metric (a name or a callable).
+        info: optional extra JSON-able columns per run (e.g. n_head, d_head).
+    Raises:
+        ValueError: a record without ``config["variant"]`` or an unknown metric name.
+    """
+    if not isinstance(metrics, Mapping):
+        metrics = {name: name for name in metrics}
+    table = []
     for i, record in enumerate(records):
         variant = record.config.get("variant") if isinstance(record, RunRecord) else None
         if not isinstance(variant, str):
             raise ValueError(f"records[{i}] has no config['variant'] (records from run_grid have one)")
-        groups.setdefault(variant, []).append(record)
-    if baseline is not None and baseline not in groups:
-        raise ValueError(f"baseline={baseline!r} is not among the variants {list(groups)}; pass one of them or None")
-    if isinstance(metric, str) and metric not in METRICS and not any(metric in r.history for r in records):
-        raise ValueError(f"metric {metric!r} is not one of {METRICS} nor a history key of any record")
-    metric_name = metric if isinstance(metric, str) else getattr(metric, "__name__", "custom")
+        row: dict[str, Any] = {"variant": variant, "seed": record.config.get("seed"), "status": record.status}
+        if info is not None:
+            row.update(info(record))
+        for name, metric in metrics.items():
+            value = metric_value(record, metric) if record.status == "finished" else None
+            row[name] = float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+        table.append(row)
+    return table
 
-    rows = {name: _describe_group(name, runs, metric, metric_name) for name, runs in groups.items()}
-    base = rows.get(baseline) if baseline is not None else None
-    for name, row in rows.items():
-        row["rel_change_pct"] = None
-        if base is None:
-            row["verdict"] = ""
-        elif name == baseline:
-            row["verdict"] = "baseline"
-        else:
-            if row["mean"] is not None and base["mean"] not in (None, 0):
-                row["rel_change_pct"] = 100.0 * (row["mean"] - base["mean"]) / abs(base["mean"])
-            row["verdict"] = _verdict(row, base, lower_is_better)
+
+def compare_groups(
+    table: Sequence[Mapping[str, Any]],
+    comparisons: Sequence[Mapping[str, Any]],
+    *,
+    alpha: float = ALPHA,
+    confidence: float = CONFIDENCE,
+) -> list[dict[str, Any]]:
+    """Summary rows with paired tests, Holm-corrected across every comparison given (one family).
+
+    The entry point for recomputing a sweep's verdicts from its per-seed table: pass the rows of a
+    ``per_seed`` JSON/CSV file (:func:`read_per_seed`) and the ``comparisons`` of its summary.
+
+    Args:
+        table: per-seed rows, each with the grouping column (``by``), ``seed``, the metric and optionally
+            ``status`` (as from :func:`per_seed_table`).
+        comparisons: dicts with ``baseline`` (a name, or None for description only), ``metric`` (a column),
+            optional ``variants`` (names, in row order; default: every name in the filtered table, in order of
+            first appearance), ``by`` (the grouping column, default "variant"), ``where`` (column → value
+            filter, e.g. ``{"variant": "lr_spike/margin=0"}``), ``lower_is_better`` (default True); any other
+            keys (e.g. ``group``, ``n_head``) are copied into that comparison's rows.
+        alpha: family-wise significance level (Holm). confidence: of the intervals.
+    Returns:
+        One row per (comparison, name), in order: the extra keys, ``<by>`` (the name), ``metric``, ``n`` (finite
+        values), ``n_diverged``, ``n_runs``, ``mean``, ``std`` (ddof 1; None for n < 2), ``min``, ``max``, the
+        :func:`paired_comparison` columns against the baseline (None for the baseline row), ``p_holm`` and
+        ``verdict``: "baseline"; "significant at 5 % after Holm: lower (better) than <baseline>" (or higher /
+        worse; 5 = 100·alpha) when the Holm-adjusted paired p < alpha; "within noise" otherwise; "no
+        difference in any seed" when the arms are equal seed by seed (no test; not in the family); "cannot
+        tell: one seed" / "no paired seeds" with fewer than two pairs; "; k of N runs diverged" appended when
+        some did. The same (where, by, baseline, name, metric) listed twice counts once in the family.
+    Raises:
+        ValueError: bad table or comparisons (unknown column, baseline not among the names, ...), or alpha /
+            confidence outside (0, 1).
+    """
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+        raise ValueError(f"alpha must be a number in (0, 1), got {alpha!r}")
+    table = [dict(row) for row in table]
+    if not table:
+        raise ValueError("table must hold at least one per-seed row, got none")
+    rows: list[dict[str, Any]] = []
+    tested: dict[tuple[str, ...], dict[str, Any]] = {}  # one family member per distinct comparison
+    for c, spec in enumerate(comparisons):
+        spec = dict(spec)
+        by, metric, baseline = spec.pop("by", "variant"), spec.pop("metric", None), spec.pop("baseline", None)
+        where, lower_is_better = spec.pop("where", None) or {}, spec.pop("lower_is_better", True)
+        names = spec.pop("variants", None)
+        subset = [row for row in table if all(row.get(k) == v for k, v in where.items())]
+        if not isinstance(metric, str) or not any(metric in row for row in subset):
+            raise ValueError(f"comparisons[{c}]: metric {metric!r} is not a column of the (filtered) table")
+        if any(by not in row or "seed" not in row for row in subset):
+            raise ValueError(f"comparisons[{c}]: every row needs the columns {by!r} and 'seed'")
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for row in subset:
+            groups.setdefault(row[by], []).append(row)
+        names = list(groups) if names is None else list(names)
+        missing = [n for n in names if n not in groups]
+        if missing or (baseline is not None and baseline not in groups):
+            raise ValueError(f"comparisons[{c}]: {missing or [baseline]} not among the {by} values {list(groups)}")
+        if baseline is not None and baseline not in names:
+            names.insert(0, baseline)
+        base_values = {r["seed"]: r.get(metric) for r in groups.get(baseline, [])}
+        for name in names:
+            row = {**spec, **_describe(name, groups[name], by, metric)}
+            if baseline is None:
+                row["verdict"] = ""
+            elif name == baseline:
+                row.update(dict.fromkeys(_COMPARISON_KEYS), p_holm=None, verdict="baseline")
+            else:
+                row.update(paired_comparison(base_values, {r["seed"]: r.get(metric) for r in groups[name]},
+                                             confidence=confidence))  # fmt: skip
+                key = (repr(sorted(where.items())), by, baseline, name, metric)
+                row.update(_baseline=baseline, _lower=lower_is_better, _key=key)
+                tested.setdefault(key, row)
+            rows.append(row)
+    keys = list(tested)
+    adjusted = dict(zip(keys, holm([tested[k]["p"] for k in keys])))
+    for row in rows:
+        if "_key" in row:
+            row["p_holm"] = adjusted[row.pop("_key")]
+            row["verdict"] = _verdict(row, row.pop("_baseline"), row.pop("_lower"), alpha)
         if row["n_diverged"]:
-            row["verdict"] += f"; {row['n_diverged']} of {row['n_runs']} runs diverged"
-        row["verdict"] = row["verdict"].lstrip("; ")
-    return list(rows.values())
+            row["verdict"] = f"{row['verdict']}; {row['n_diverged']} of {row['n_runs']} runs diverged".lstrip("; ")
+    return rows
 
 
-def _describe_group(name: str, runs: list[RunRecord], metric: Any, metric_name: str) -> dict[str, Any]:
-    values = []
-    for run in runs:
-        value = metric_value(run, metric) if run.status == "finished" else None
-        if isinstance(value, (int, float)) and math.isfinite(value):
-            values.append(float(value))
+def _describe(name: str, runs: list[Mapping[str, Any]], by: str, metric: str) -> dict[str, Any]:
+    values = [float(v) for v in (r.get(metric) for r in runs)
+              if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]  # fmt: skip
     n = len(values)
     return {
-        "variant": name,
-        "metric": metric_name,
+        by: name,
+        "metric": metric,
         "n": n,
-        "n_diverged": sum(run.status == "diverged" for run in runs),
+        "n_diverged": sum(r.get("status") == "diverged" for r in runs),
         "n_runs": len(runs),
         "mean": statistics.fmean(values) if n else None,
         "std": statistics.stdev(values) if n >= 2 else None,
@@ -208,18 +418,144 @@ def _describe_group(name: str, runs: list[RunRecord], metric: Any, metric_name: 
     }
 
 
-def _verdict(row: Mapping[str, Any], base: Mapping[str, Any], lower_is_better: bool) -> str:
-    if row["n"] == 0 or base["n"] == 0:
-        return "no finished runs" if row["n"] == 0 else "no finished baseline runs"
-    if row["n"] < 2 or base["n"] < 2:
+def _verdict(row: Mapping[str, Any], baseline: str, lower_is_better: bool, alpha: float) -> str:
+    if row["n_pairs"] == 0:
+        return "no paired seeds"
+    if row["n_pairs"] < 2:
         return "cannot tell: one seed"
-    diff = row["mean"] - base["mean"]
-    se = math.sqrt(row["std"] ** 2 / row["n"] + base["std"] ** 2 / base["n"])
-    numbers = f"|Δ| = {abs(diff):.3g} {'>' if abs(diff) > 2 * se else '<='} 2·SE = {2 * se:.3g}"
-    if abs(diff) <= 2 * se:
-        return f"within seed noise: {numbers}"
-    better = (diff < 0) == lower_is_better
-    return f"{'better' if better else 'worse'} than {base['variant']}: {numbers}"
+    if row["p"] is None and row["diff"] == 0:
+        return "no difference in any seed"
+    if row["p_holm"] is None or row["p_holm"] >= alpha:
+        return "within noise"
+    lower = row["diff"] < 0
+    quality = "better" if lower == lower_is_better else "worse"
+    return f"significant at {100 * alpha:g} % after Holm: {'lower' if lower else 'higher'} ({quality}) than {baseline}"
+
+
+def describe_comparison(row: Mapping[str, Any]) -> str:
+    """One line from a :func:`compare_groups` row, with the numbers it has, e.g. "−0.44 % (95 % CI −1.90 …
+    +1.02 %; paired t(4) = −0.62, p = 0.57, Holm p = 1; Welch p = 0.6): within noise"."""
+    parts = []
+    if row.get("rel_ci_low_pct") is not None:
+        parts.append(f"95 % CI {row['rel_ci_low_pct']:+.2f} … {row['rel_ci_high_pct']:+.2f} %")
+    if row.get("p") is not None:
+        t = f"{row['t']:.2f}" if row.get("t") is not None else "undefined (same difference in every seed)"
+        parts.append(f"paired t({row['df']}) = {t}, p = {row['p']:.2g}, Holm p = {row['p_holm']:.2g}")
+    if row.get("welch_p") is not None:
+        parts.append(f"Welch p = {row['welch_p']:.2g}")
+    change = f"{row['rel_change_pct']:+.2f} %" if row.get("rel_change_pct") is not None else "n/a"
+    return f"{change} ({'; '.join(parts)}): {row['verdict']}" if parts else f"{change}: {row['verdict']}"
+
+
+def summarize(
+    records: Sequence[RunRecord] | Sequence[Mapping[str, Any]],
+    metric: str | Callable[[RunRecord], float | None] = "best_val_loss",
+    baseline: str | None = "standard",
+    *,
+    lower_is_better: bool = True,
+    alpha: float = ALPHA,
+) -> list[dict[str, Any]]:
+    """One row per variant against ``baseline``: paired t-test, Welch check, Holm across these comparisons.
+
+    A shortcut for :func:`compare_groups` with one comparison (every variant against the baseline) on
+    :func:`per_seed_table` of the records. Several summaries of one sweep must share one Holm family: build
+    their per-seed table once and call :func:`compare_groups` with all comparisons instead.
+
+    Args:
+        records: run records (``config["variant"]`` and ``["seed"]``, as from :func:`run_grid`), or per-seed
+            rows (dicts with ``variant``, ``seed``, the metric column).
+        metric: see :func:`metric_value` (with per-seed rows: a column name). baseline: a variant, or None for
+            description only. lower_is_better: True for losses. alpha: the family-wise level.
+    Returns:
+        :func:`compare_groups` rows (``metric`` is the metric's name; a callable's ``__name__``).
+    Raises:
+        ValueError: no records, a record without ``config["variant"]``, an unknown metric, or a baseline that
+            is not among the variants.
+    """
+    records = list(records)
+    if not records:
+        raise ValueError("records must hold at least one RunRecord, got none")
+    name = metric if isinstance(metric, str) else getattr(metric, "__name__", "custom")
+    if all(isinstance(r, Mapping) for r in records):
+        table = records
+    else:
+        if isinstance(metric, str) and metric not in METRICS and not any(
+            isinstance(r, RunRecord) and metric in r.history for r in records
+        ):
+            raise ValueError(f"metric {metric!r} is not one of {METRICS} nor a history key of any record")
+        table = per_seed_table(records, {name: metric})
+    variants = list(dict.fromkeys(row.get("variant") for row in table))
+    if baseline is not None and baseline not in variants:
+        raise ValueError(f"baseline={baseline!r} is not among the variants {variants}; pass one of them or None")
+    spec = {"baseline": baseline, "metric": name, "lower_is_better": lower_is_better, "variants": variants}
+    return compare_groups(table, [spec], alpha=alpha)
+
+
+# ============================================================================================ files
+def save_sweep(result: Mapping[str, Any], path: str | os.PathLike[str], *, runs: bool = True) -> list[Path]:
+    """Write a sweep's result as JSON at ``path`` and its per-seed table beside it, as JSON and CSV.
+
+    ``results.json`` gives ``results.json`` (everything but the per-seed table), ``results.per_seed.json`` and
+    ``results.per_seed.csv`` (one row per run and, for the FP8 sweep, strategy; empty CSV cells are None).
+    Each file is written atomically.
+
+    Args:
+        result: a sweep's result dict with a ``per_seed`` list. path: the summary file (".json").
+        runs: keep ``result["runs"]`` (curves; large for long runs) in the summary; the per-seed table and the
+            results store hold what the statistics need either way.
+    Returns:
+        The paths written: summary, per-seed JSON, per-seed CSV.
+    Raises:
+        ValueError: no ``per_seed`` list in ``result``, or a path that does not end in ".json".
+    """
+    path = Path(path)
+    if path.suffix != ".json":
+        raise ValueError(f"path must end in '.json', got {str(path)!r}")
+    table = result.get("per_seed") if isinstance(result, Mapping) else None
+    if not isinstance(table, list):
+        raise ValueError("result must be a sweep result with a 'per_seed' list")
+    summary = {k: v for k, v in result.items() if k != "per_seed" and (runs or k != "runs")}
+    stem = path.with_suffix("")
+    json_path, csv_path = Path(f"{stem}.per_seed.json"), Path(f"{stem}.per_seed.csv")
+    for target, obj in ((path, summary), (json_path, table)):  # strict JSON (non-finite floats as strings)
+        atomic_write(target, (json.dumps(json.loads(to_json_text(obj)), indent=2) + "\n").encode())
+    columns = list(dict.fromkeys(k for row in table for k in row))
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for row in table:
+        writer.writerow({k: "" if row.get(k) is None else row[k] for k in columns})
+    atomic_write(csv_path, buffer.getvalue().encode())
+    return [path, json_path, csv_path]
+
+
+def read_per_seed(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Read a per-seed table written by :func:`save_sweep` (``.per_seed.json`` or ``.per_seed.csv``).
+
+    CSV cells come back as int or float where they parse as numbers, None where empty, else as text.
+    Raises: ValueError for another suffix or a JSON file that is not a list of objects.
+    """
+    path = Path(path)
+    if path.suffix == ".json":
+        table = json.loads(path.read_text())
+        if not isinstance(table, list) or not all(isinstance(row, dict) for row in table):
+            raise ValueError(f"{path} does not hold a list of per-seed rows")
+        return table
+    if path.suffix != ".csv":
+        raise ValueError(f"path must end in '.json' or '.csv', got {str(path)!r}")
+    with path.open(newline="") as handle:
+        return [{k: _parse_cell(v) for k, v in row.items()} for row in csv.DictReader(handle)]
+
+
+def _parse_cell(text: str) -> Any:
+    if text == "":
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> str:
@@ -253,4 +589,6 @@ def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | Non
     return "\n".join(lines)
 
 
-__all__ = ["METRICS", "format_table", "metric_value", "run_grid", "summarize"]
+__all__ = ["ALPHA", "CONFIDENCE", "METRICS", "compare_groups", "describe_comparison", "format_table", "holm",
+           "metric_value", "paired_comparison", "per_seed_table", "read_per_seed", "run_grid", "save_sweep",
+           "seed_list", "summarize"]

@@ -12,8 +12,15 @@ WikiText-2 with an :class:`spanviz.fp8.FP8Probe` on every update, and a transien
   logits are larger";
 * ``"none"``: no transient (the baseline: what plain training does to delayed scaling).
 
-Everything is simulated in fp32: overflows are counted on S·s before any cast (:func:`spanviz.fp8.count_overflow`).
+Everything is simulated in fp32: overflows are counted on S·s before any cast, as the entries a
+non-saturating E4M3 cast would turn into NaN (:func:`spanviz.fp8.count_overflow`, ``count="cast"``).
 Offline, train on the validation split and evaluate on the test split (``data_dir``); the run config says so.
+
+:func:`fp8_sweep` runs every scenario × margin × seed through :func:`spanviz.experiments.core.run_grid` (runs
+kept in and replayed from a results store), tabulates the overflow counts per run and strategy (the per-seed
+table), and compares each strategy with delayed scaling on the overflows during the transient window: paired
+t-test over seeds (runs of one seed share everything but the strategy, which only observes), Welch beside it,
+Holm-corrected across all comparisons of the sweep. :func:`fp8_transients` is one scenario of it.
 """
 
 from __future__ import annotations
@@ -23,16 +30,24 @@ import math
 import os
 import statistics
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from spanviz import fp8
+from spanviz.experiments.core import compare_groups, run_grid, seed_list
 from spanviz.model import GPTConfig, LowRankQuery
+from spanviz.train import RunRecord, TrainConfig
 
 logger = logging.getLogger(__name__)
 
 SCENARIOS = ("lr_spike", "weight_swap", "none")
+SIZES = ("cpu",)
+STRATEGIES = ("delayed", "theory", "deterministic", "calibrated")
+"""The strategies the experiment compares; "delayed" is the baseline of every comparison."""
+METRIC = "overflow_during"
+"""The compared per-seed number: overflowing logits in the transient window (summed over layers and steps)."""
 
 DEFAULT_MODEL = dict(context_length=64, n_layer=2, n_head=4, d_model=64)
 """A CPU-sized tiny GPT (``vocab_size`` comes from the data)."""
@@ -125,6 +140,205 @@ def _load_data(data_dir: str | os.PathLike[str] | None, max_vocab: int | None) -
     return data_lib.prepare_tokens(data_dir, splits=splits, max_vocab=max_vocab)
 
 
+def variant_name(scenario: str, margin: float) -> str:
+    """The sweep's name of one scenario at one margin, e.g. "lr_spike/margin=0"."""
+    return f"{scenario}/margin={margin:g}"
+
+
+def fp8_sweep(
+    size: str = "cpu",
+    seeds: int | Sequence[int] = 5,
+    steps: int | None = None,
+    data: Any = None,
+    store: Any = None,
+    progress: Callable[[int, int, str], None] | None = None,
+    *,
+    scenarios: Sequence[str] = ("none", "lr_spike", "weight_swap"),
+    margins: Sequence[float] = (0, 1),
+    at_step: int | None = None,
+    lr_spike_factor: float = 20.0,
+    lr_spike_steps: int = 5,
+    scale_wq: float | None = 4.0,
+    checkpoint_path: str | os.PathLike[str] | None = None,
+    layer: int | None = None,
+    strategies: Sequence[str] = STRATEGIES,
+    delta: float = 1e-3,
+    fmt: str = "e4m3",
+    history_len: int = 1024,
+    burn_in: int = 20,
+    model: Mapping[str, Any] | None = None,
+    train: Mapping[str, Any] | None = None,
+    device: str = "cpu",
+    window: int = 10,
+    data_dir: str | os.PathLike[str] | None = None,
+    max_vocab: int | None = 8192,
+    callbacks: Sequence[Callable[[Any, dict[str, Any]], None]] = (),
+) -> dict[str, Any]:
+    """Scenarios × margins × seeds with an FP8 probe on every update; overflow counts per strategy, tested.
+
+    Args:
+        size: "cpu" (the only size: d_model 64, 2 layers, 4 heads, T 64, batch 8, word vocabulary <= 8192).
+        seeds: a count n (seeds 0..n−1) or distinct seeds >= 0. steps: updates per run (default 100, >= 2).
+        data: a :class:`spanviz.data.TokenData`; None loads WikiText-2 (``data_dir`` given: offline, train on
+            validation, evaluate on test; else ``$SPANVIZ_WIKITEXT_DIR`` / the hub) with ``max_vocab``.
+        store: a :class:`spanviz.store.ResultsStore` to replay / keep runs; None trains everything.
+        progress: ``fn(done, total, label)`` after each run.
+        scenarios: any of "none", "lr_spike", "weight_swap". margins: delayed-scaling and geometry margins
+            (the probe's ``margin``, applied to every strategy), each >= 0.
+        at_step: the update at which the transient starts (default steps // 2; see :func:`fp8_transients`).
+        lr_spike_factor, lr_spike_steps, scale_wq / checkpoint_path, layer: the transients (see
+            :func:`fp8_transients`).
+        strategies, delta, fmt, history_len, burn_in: for :class:`spanviz.fp8.FP8Probe`.
+        model, train: :data:`DEFAULT_MODEL` / :data:`DEFAULT_TRAIN` overrides. device: TrainConfig device.
+        window: updates counted as "during the transient" from the first affected update, >= 1.
+        callbacks: extra trainer callbacks for every trained run (e.g. per-update progress).
+    Returns:
+        dict with ``rows`` (:func:`~spanviz.experiments.core.compare_groups` rows: per scenario and margin,
+        each strategy vs "delayed" on :data:`METRIC` — paired difference with 95 % CI, t, df, p, Holm p
+        across the sweep, Welch check, verdict), ``per_seed`` (one row per run and strategy: variant,
+        scenario, margin, seed, status, strategy, overflow_before / overflow_during / overflow_after,
+        steps_with_overflow, first_overflow_step, median_utilisation, alpha_obs_median, alpha_obs_max),
+        ``comparisons`` (the specs that reproduce ``rows`` from ``per_seed``), ``runs`` (per run: variant,
+        scenario, margin, seed, status, history of step, train_loss, lr and every ``fp8/`` column),
+        ``verdict`` (one sentence per scenario and margin), ``event_step``, ``window``, ``strategies``,
+        ``variants`` ({name: {"model", "train"}}), ``settings`` and ``data`` (its description).
+        A diverged run keeps its counts up to the divergence; its status says so.
+    Raises:
+        ValueError: bad arguments (unknown size or scenario, steps < 2, at_step outside [0, steps − 2],
+            bad seeds, margins or window, ...) before any data are loaded, or as the trainer / probe raise.
+    Source: arXiv 2602.18851's transient scenarios, spanviz's setup and statistics.
+    """
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {SIZES}, got {size!r}")
+    seeds = seed_list(seeds)
+    steps = 100 if steps is None else steps
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 2:
+        raise ValueError(f"steps must be an integer >= 2, got {steps!r}")
+    scenarios = tuple(scenarios)
+    if not scenarios or len(set(scenarios)) != len(scenarios):
+        raise ValueError(f"scenarios must be a non-empty selection of distinct names from {SCENARIOS}, got {scenarios}")
+    for scenario in scenarios:
+        _check_choice("scenarios", scenario, SCENARIOS)
+    margins = tuple(margins)
+    if not margins or len(set(margins)) != len(margins):
+        raise ValueError(f"margins must be a non-empty sequence of distinct numbers >= 0, got {margins}")
+    at_step = steps // 2 if at_step is None else at_step
+    if isinstance(at_step, bool) or not isinstance(at_step, int) or not 0 <= at_step <= steps - 2:
+        raise ValueError(f"at_step must be an integer in [0, {steps - 2}] for steps={steps}, got {at_step!r}")
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(f"window must be an integer >= 1, got {window!r}")
+    strategies = tuple(strategies)
+
+    def make_probe(margin: float) -> fp8.FP8Probe:
+        return fp8.FP8Probe(every=1, delta=delta, margin=margin, strategies=strategies, fmt=fmt,
+                            history_len=history_len, burn_in=burn_in)  # fmt: skip
+
+    for margin in margins:
+        make_probe(margin)  # validates margin, delta, strategies, ... before loading data
+    swap_scale = None if checkpoint_path is not None else scale_wq
+    if "weight_swap" in scenarios:
+        WeightSwap(at_step, checkpoint_path=checkpoint_path, scale_wq=swap_scale, layer=layer)  # validate early
+    if data is None:
+        data = _load_data(data_dir, max_vocab)
+
+    model_cfg = GPTConfig(**{**DEFAULT_MODEL, "vocab_size": data.vocab_size, **(model or {})})
+    train_kw: dict[str, Any] = {**DEFAULT_TRAIN, "eval_interval": steps, **(train or {})}
+    if "warmup_steps" not in (train or {}):  # short runs: warm-up capped at steps // 10, as the other sweeps do
+        train_kw["warmup_steps"] = min(train_kw["warmup_steps"], steps // 10)
+    base_train = TrainConfig(**{**train_kw, "steps": steps, "device": device})
+    spike = dict(lr_spike_factor=lr_spike_factor, lr_spike_start=at_step, lr_spike_steps=lr_spike_steps)
+    variants: dict[str, tuple[GPTConfig, TrainConfig]] = {}
+    setting: dict[str, tuple[str, float]] = {}
+    for scenario in scenarios:
+        for margin in margins:
+            name = variant_name(scenario, margin)
+            variants[name] = (model_cfg, replace(base_train, **spike) if scenario == "lr_spike" else base_train)
+            setting[name] = (scenario, margin)
+
+    def swaps(name: str) -> list[WeightSwap]:
+        if setting[name][0] != "weight_swap":
+            return []
+        return [WeightSwap(at_step, checkpoint_path=checkpoint_path, scale_wq=swap_scale, layer=layer)]
+
+    transient = {"at_step": at_step, "scale_wq": swap_scale, "layer": layer,
+                 "checkpoint_path": None if checkpoint_path is None else str(checkpoint_path)}  # fmt: skip
+    records = run_grid(variants, seeds, data, store=store, progress=progress, callbacks=callbacks,
+                       probes_factory=lambda name, cfg: [make_probe(setting[name][1])], callbacks_factory=swaps,
+                       tags={"experiment": "fp8", "size": size, "transient": transient})  # fmt: skip
+    event = {s: (at_step + 1 if s == "weight_swap" else at_step) for s in scenarios}
+    table, runs = [], []
+    for record in records:
+        name = record.config["variant"]
+        scenario, margin = setting[name]
+        history = {k: list(v) for k, v in record.history.items()
+                   if k in ("step", "train_loss", "lr") or k.startswith("fp8/")}  # fmt: skip
+        head = {"variant": name, "scenario": scenario, "margin": margin, "seed": record.config["seed"],
+                "status": record.status}  # fmt: skip
+        runs.append({**head, "history": history})
+        alpha = _alpha_obs(record, model_cfg.n_layer)
+        for row in _summarize_run(history, head["seed"], strategies, event[scenario], window, model_cfg.n_layer):
+            table.append({**head, **row, **alpha})
+    done = {row["variant"] for row in table}
+    specs = [
+        {"scenario": setting[name][0], "margin": setting[name][1], "where": {"variant": name}, "by": "strategy",
+         "baseline": "delayed" if "delayed" in strategies else None, "variants": list(strategies), "metric": METRIC}
+        for name in variants
+        if name in done
+    ]  # fmt: skip
+    rows = compare_groups(table, specs) if specs else []
+    return {
+        "rows": rows,
+        "per_seed": table,
+        "comparisons": specs,
+        "runs": runs,
+        "verdict": _verdict(table, rows, strategies),
+        "event_step": event,
+        "window": window,
+        "strategies": list(strategies),
+        "variants": {n: {"model": m.to_dict(), "train": t.to_dict()} for n, (m, t) in variants.items()},
+        "settings": {"size": size, "seeds": seeds, "steps": steps, "scenarios": list(scenarios),
+                     "margins": list(margins), "fmt": fmt, "delta": delta, "history_len": history_len,
+                     "burn_in": burn_in, "lr_spike_factor": lr_spike_factor, "lr_spike_steps": lr_spike_steps,
+                     **transient},  # fmt: skip
+        "data": data.describe(),
+    }
+
+
+def _alpha_obs(record: RunRecord, n_layer: int) -> dict[str, float | None]:
+    """Median and max over updates of α_obs = max|S| / B_wc (max over layers): how close to the worst case."""
+    per_step = []
+    h = record.history
+    for i in range(len(h.get("step", []))):
+        values = []
+        for layer in range(n_layer):
+            amax = (h.get(f"fp8/L{layer}/max_abs_logit") or [None] * (i + 1))[i]
+            bound = (h.get(f"fp8/L{layer}/bound_worst_case") or [None] * (i + 1))[i]
+            if isinstance(amax, (int, float)) and isinstance(bound, (int, float)) and bound > 0:
+                values.append(amax / bound)
+        if values:
+            per_step.append(max(values))
+    return {"alpha_obs_median": statistics.median(per_step) if per_step else None,
+            "alpha_obs_max": max(per_step) if per_step else None}  # fmt: skip
+
+
+def _verdict(table: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]], strategies: Sequence[str]) -> str:
+    """Per scenario and margin: in how many seeds each strategy overflowed in the window, and its test."""
+    tests = {(r["scenario"], r["margin"], r["strategy"]): r["verdict"] for r in rows}
+    sentences = []
+    for name in dict.fromkeys(row["variant"] for row in table):
+        runs = [row for row in table if row["variant"] == name]
+        parts = []
+        for s in strategies:
+            counts = [row[METRIC] for row in runs if row["strategy"] == s]
+            text = f"{s} in {sum(c > 0 for c in counts)} of {len(counts)} seeds (mean {statistics.fmean(counts):.4g})"
+            verdict = tests.get((runs[0]["scenario"], runs[0]["margin"], s), "")
+            if verdict not in ("", "baseline"):
+                text += f" [vs delayed: {verdict}]"
+            parts.append(text)
+        sentences.append(f"{name}: logits overflowing in the transient window — " + "; ".join(parts) + ".")
+    return " ".join(sentences)
+
+
 def fp8_transients(
     scenario: str = "lr_spike",
     *,
@@ -139,7 +353,7 @@ def fp8_transients(
     scale_wq: float | None = 4.0,
     checkpoint_path: str | os.PathLike[str] | None = None,
     layer: int | None = None,
-    strategies: Sequence[str] = ("delayed", "theory", "deterministic", "calibrated"),
+    strategies: Sequence[str] = STRATEGIES,
     delta: float = 1e-3,
     margin: float = 0,
     fmt: str = "e4m3",
@@ -149,13 +363,15 @@ def fp8_transients(
     train: Mapping[str, Any] | None = None,
     device: str = "cpu",
     window: int = 10,
+    store: Any = None,
     progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Train a tiny GPT with an FP8 probe on every update, inject a transient, count overflows per strategy.
+    """One scenario at one margin of :func:`fp8_sweep`: train with an FP8 probe on every update, inject a
+    transient, count overflows per strategy.
 
     Args:
         scenario: "lr_spike", "weight_swap" or "none".
-        steps: updates per run, >= 2. seeds: one run per seed (non-empty).
+        steps: updates per run, >= 2. seeds: one run per seed (non-empty, distinct).
         data: a :class:`spanviz.data.TokenData`; None loads WikiText-2 with
             :func:`spanviz.data.prepare_tokens` from ``data_dir`` (offline: train on validation, evaluate on
             test) or, without ``data_dir``, from ``$SPANVIZ_WIKITEXT_DIR`` / the hub. max_vocab: word cap.
@@ -168,78 +384,49 @@ def fp8_transients(
         model: :class:`GPTConfig` overrides of :data:`DEFAULT_MODEL` (``vocab_size`` defaults to the data's).
         train: :class:`spanviz.train.TrainConfig` overrides of :data:`DEFAULT_TRAIN`.
         device: "cpu", "cuda", "auto", ... window: updates counted as "during the transient" from the
-            first affected update, >= 1.
-        progress: optional ``fn(row)`` after every update (rows carry the run's seed under "seed").
+            first affected update, >= 1. store: a results store (replay / keep runs) or None.
+        progress: optional ``fn(row)`` after every trained update (rows carry the run's seed under "seed").
     Returns:
         dict with ``scenario``, ``event_step`` (first affected update), ``window``, ``strategies``,
         ``model`` / ``train`` (configs as dicts, per the first seed), ``data`` (its description),
         ``runs`` (per seed: ``seed``, ``history`` with step, train_loss, lr and every ``fp8/`` column,
-        ``status``) and ``summary``: one row per (seed, strategy) with ``overflow_before`` (logits
-        overflowing before the event), ``overflow_during`` (in the window), ``overflow_after`` (after it),
-        ``steps_with_overflow`` (any layer), ``first_overflow_step`` (or None) and
-        ``median_utilisation`` (amax·s/fmax, max over layers, median over steps).
+        ``status``), ``summary``: the per-seed rows of :func:`fp8_sweep` (one per seed and strategy:
+        ``overflow_before`` (overflowing logits before the event), ``overflow_during`` (in the window),
+        ``overflow_after``, ``steps_with_overflow`` (any layer), ``first_overflow_step`` (or None),
+        ``median_utilisation`` (amax·s/fmax, max over layers, median over steps), α_obs), and ``rows`` /
+        ``verdict`` (each strategy vs delayed; needs >= 2 seeds to test).
     Raises:
         ValueError: bad arguments (unknown scenario, steps < 2, at_step outside [0, steps − 2], empty
             seeds, ...), or as raised by the trainer / probe.
     Source: arXiv 2602.18851's transient scenarios, spanviz's setup.
     """
-    from spanviz.train import Trainer, TrainConfig
-
     _check_choice("scenario", scenario, SCENARIOS)
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 2:
-        raise ValueError(f"steps must be an integer >= 2, got {steps!r}")
     seeds = list(seeds)
     if not seeds:
         raise ValueError("seeds must be a non-empty sequence of integers")
-    at_step = steps // 2 if at_step is None else at_step
-    if isinstance(at_step, bool) or not isinstance(at_step, int) or not 0 <= at_step <= steps - 2:
-        raise ValueError(f"at_step must be an integer in [0, {steps - 2}] for steps={steps}, got {at_step!r}")
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be an integer >= 1, got {window!r}")
-    strategies = tuple(strategies)
-    fp8.FP8Probe(strategies=strategies, delta=delta, margin=margin, fmt=fmt, history_len=history_len,
-                 burn_in=burn_in)  # validate early  # fmt: skip
-    if data is None:
-        data = _load_data(data_dir, max_vocab)
-
-    model_cfg = GPTConfig(**{**DEFAULT_MODEL, "vocab_size": data.vocab_size, **(model or {})})
-    train_kw: dict[str, Any] = {**DEFAULT_TRAIN, "eval_interval": steps, **(train or {})}
-    train_kw.update(steps=steps, device=device)
-    if scenario == "lr_spike":
-        train_kw.update(lr_spike_factor=lr_spike_factor, lr_spike_start=at_step, lr_spike_steps=lr_spike_steps)
-    event_step = at_step + 1 if scenario == "weight_swap" else at_step
-
-    runs, summary = [], []
-    first_train_cfg = None
-    for seed in seeds:
-        train_cfg = TrainConfig(**{**train_kw, "seed": seed})
-        first_train_cfg = first_train_cfg or train_cfg
-        probe = fp8.FP8Probe(every=1, delta=delta, margin=margin, strategies=strategies, fmt=fmt,
-                             history_len=history_len, burn_in=burn_in)  # fmt: skip
-        callbacks = []
-        if scenario == "weight_swap":
-            swap_scale = None if checkpoint_path is not None else scale_wq
-            callbacks.append(WeightSwap(at_step, checkpoint_path=checkpoint_path, scale_wq=swap_scale, layer=layer))
-        extra = {"experiment": "fp8_transients", "scenario": scenario, "seed": seed}
-        trainer = Trainer(model_cfg, train_cfg, data, probes=[probe], callbacks=callbacks, extra_config=extra)
-        on_row = None if progress is None else (lambda row, seed=seed: progress({**row, "seed": seed}))
-        record = trainer.run(progress=on_row)
-        history = {
-            k: list(v) for k, v in record.history.items() if k in ("step", "train_loss", "lr") or k.startswith("fp8/")
-        }
-        runs.append({"seed": seed, "status": record.status, "history": history})
-        summary.extend(_summarize_run(history, seed, strategies, event_step, window, model_cfg.n_layer))
-        logger.info("fp8_transients %s seed %d: %s", scenario, seed, record.status)
+    hooks = []
+    if progress is not None:
+        hooks.append(lambda trainer, row: progress({**row, "seed": trainer.train_cfg.seed}))
+    result = fp8_sweep(
+        "cpu", seeds=seeds, steps=steps, data=data, store=store, scenarios=(scenario,), margins=(margin,),
+        at_step=at_step, lr_spike_factor=lr_spike_factor, lr_spike_steps=lr_spike_steps, scale_wq=scale_wq,
+        checkpoint_path=checkpoint_path, layer=layer, strategies=strategies, delta=delta, fmt=fmt,
+        history_len=history_len, burn_in=burn_in, model=model, train=train, device=device, window=window,
+        data_dir=data_dir, max_vocab=max_vocab, callbacks=hooks,
+    )
+    [spec] = result["variants"].values()
     return {
         "scenario": scenario,
-        "event_step": event_step,
+        "event_step": result["event_step"][scenario],
         "window": window,
-        "strategies": list(strategies),
-        "model": model_cfg.to_dict(),
-        "train": first_train_cfg.to_dict(),
-        "data": data.describe(),
-        "runs": runs,
-        "summary": summary,
+        "strategies": result["strategies"],
+        "model": spec["model"],
+        "train": {**spec["train"], "seed": seeds[0]},
+        "data": result["data"],
+        "runs": [{"seed": r["seed"], "status": r["status"], "history": r["history"]} for r in result["runs"]],
+        "summary": result["per_seed"],
+        "rows": result["rows"],
+        "verdict": result["verdict"],
     }
 
 

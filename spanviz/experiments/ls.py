@@ -13,9 +13,10 @@ pairs per layer and head on a fixed batch every ``probe_every`` updates.
 
 Per run, from the probe's ``logits/max`` curve (max over layers and heads): ``peak_max_logit`` (its maximum
 over the run), ``mean_max_logit`` (its mean over probed updates), ``final_max_logit``, and
-``slope_per_100`` (least-squares slope, logit units per 100 updates). The verdict compares ``ls`` with
-``mhsa`` on the peak (primary) and on the mean with :func:`spanviz.experiments.core.summarize`'s rule:
-a difference counts when it exceeds twice the standard error of the difference of the seed means.
+``slope_per_100`` (least-squares slope, logit units per 100 updates). ``ls`` and ``qk_norm`` are compared with
+``mhsa`` on the best validation loss and each of these metrics by a paired t-test over seeds (Welch beside it),
+Holm-corrected across all ten comparisons of the sweep (:func:`spanviz.experiments.core.compare_groups`); the
+answer to "does MHSA's max logit grow faster?" comes from the peak (primary).
 
 Offline, the data are WikiText-2's validation split for training and its test split for evaluation (the
 run records say so). Source: spanviz's reconstruction of the paper's comparison (its tables are not
@@ -31,7 +32,13 @@ from dataclasses import replace
 from typing import Any
 
 from spanviz import local_global
-from spanviz.experiments.core import run_grid, summarize
+from spanviz.experiments.core import (
+    compare_groups,
+    describe_comparison,
+    per_seed_table,
+    run_grid,
+    seed_list,
+)
 from spanviz.model import GPTConfig
 from spanviz.train import RunRecord, TrainConfig
 
@@ -174,7 +181,7 @@ def _load_data(size: str, data_dir: str | os.PathLike[str] | None) -> Any:
 
 def ls_sweep(
     size: str = "cpu",
-    seeds: int | Sequence[int] = 3,
+    seeds: int | Sequence[int] = 5,
     steps: int | None = None,
     data: Any = None,
     store: Any = None,
@@ -205,25 +212,20 @@ def ls_sweep(
     Returns:
         dict with
         ``size``, ``seeds``, ``variants`` {name: {"model": dict, "train": dict}}, ``data`` (description);
-        ``rows``: tidy summary rows from :func:`spanviz.experiments.core.summarize`, one per (variant,
-        metric) for ``best_val_loss`` and :data:`GROWTH_METRICS` (mean, std, min, max over seeds, change vs
-        MHSA, verdict);
-        ``runs``: one dict per run — variant, seed, status, the run metrics, ``local_heads_peak`` /
-        ``global_heads_peak``, and curves ``step``, ``train_loss``, ``val_loss`` (None where not
-        evaluated), ``probe_step``, ``max_logit``, ``max_per_layer`` (per probe: list over layers);
-        ``verdict``: one plain sentence per comparison, and ``mhsa_grows_faster``: True / False / None
-        (None = not resolved by these seeds).
+        ``rows``: :func:`spanviz.experiments.core.compare_groups` rows, one per (metric, variant) for
+        ``best_val_loss`` and :data:`GROWTH_METRICS` (mean, std, min, max over seeds; paired difference vs
+        MHSA with 95 % CI, t, df, p, Holm p across the sweep's 10 comparisons, Welch check, verdict);
+        ``per_seed``: one row per run — variant, seed, status, best_val_loss, the run metrics,
+        ``local_heads_peak`` / ``global_heads_peak`` — and ``comparisons`` (the specs that reproduce ``rows``
+        from it); ``runs``: the same per run plus curves ``step``, ``train_loss``, ``val_loss`` (None where
+        not evaluated), ``probe_step``, ``max_logit``, ``max_per_layer`` (per probe: list over layers);
+        ``verdict``: plain sentences, and ``mhsa_grows_faster``: True / False / None (None = not resolved
+        by these seeds at 5 % after Holm).
     Raises:
         ValueError: bad arguments (before any training), or as the trainer raises.
     Source: arXiv 2505.15548's comparison as reconstructed by spanviz.
     """
-    if isinstance(seeds, bool):
-        raise ValueError(f"seeds must be a count >= 1 or a sequence of integers, got {seeds!r}")
-    if isinstance(seeds, int):
-        if seeds < 1:
-            raise ValueError(f"seeds must be a count >= 1 or a sequence of integers, got {seeds!r}")
-        seeds = list(range(seeds))
-    seeds = list(seeds)
+    seeds = seed_list(seeds)
     if size not in SIZES:
         raise ValueError(f"size must be one of {tuple(SIZES)}, got {size!r}")
     every = SIZES[size]["probe_every"] if probe_every is None else probe_every
@@ -238,12 +240,14 @@ def ls_sweep(
 
     records = run_grid(variants, seeds, data, store=store, probes_factory=probes_factory, progress=progress,
                        tags={"experiment": "ls", "size": size})  # fmt: skip
-    rows = summarize(records, "best_val_loss", baseline=BASELINE)
-    for name in GROWTH_METRICS:
-        rows += summarize(records, _METRIC_FNS[name], baseline=BASELINE)
     ls_n_local = variants["ls"][0].n_local
+    table = per_seed_table(records, {"best_val_loss": "best_val_loss", **_METRIC_FNS},
+                           info=lambda r: _head_group_peaks(r, ls_n_local if r.config["variant"] == "ls" else 0))
+    specs = [{"baseline": BASELINE, "variants": list(VARIANTS), "metric": m}
+             for m in ("best_val_loss", *GROWTH_METRICS)]  # fmt: skip
+    rows = compare_groups(table, specs) if {row["variant"] for row in table} == set(VARIANTS) else []
     runs = [_run_summary(r, ls_n_local) for r in records]
-    verdict, grows_faster = growth_verdict(rows)
+    verdict, grows_faster = growth_verdict(rows) if rows else ("", None)
     logger.info("ls_sweep: %s", verdict)
     return {
         "size": size,
@@ -251,6 +255,8 @@ def ls_sweep(
         "variants": {n: {"model": m.to_dict(), "train": t.to_dict()} for n, (m, t) in variants.items()},
         "data": data.describe(),
         "rows": rows,
+        "per_seed": table,
+        "comparisons": specs,
         "runs": runs,
         "verdict": verdict,
         "mhsa_grows_faster": grows_faster,
@@ -277,11 +283,12 @@ def _run_summary(record: RunRecord, ls_n_local: int) -> dict[str, Any]:
 
 
 def growth_verdict(rows: Sequence[Mapping[str, Any]]) -> tuple[str, bool | None]:
-    """Plain-language verdict on "MHSA's max logit grows faster than LS's" from :func:`summarize` rows.
+    """Plain-language verdict on "MHSA's max logit grows faster than LS's" from :func:`compare_groups` rows.
 
-    Decision (on ``peak_max_logit``, the primary metric): the LS row's summarize verdict "better"
-    (LS lower by more than 2·SE of the difference of seed means) → True; "worse" → False; otherwise None.
-    The sentence also reports ``mean_max_logit`` and the QK-norm variant.
+    Decision (on ``peak_max_logit``, the primary metric): the LS row's verdict "significant at 5 % after
+    Holm: lower" (paired t-test over seeds, Holm-corrected across the sweep) → True; "... higher" → False;
+    otherwise (within noise, or one seed) None. The sentence also reports ``mean_max_logit``, the best
+    validation loss and the QK-norm variant, each with its test.
 
     Returns:
         (sentence, True / False / None).
@@ -299,22 +306,28 @@ def growth_verdict(rows: Sequence[Mapping[str, Any]]) -> tuple[str, bool | None]
         spread = f" ± {row['std']:.3g}" if row["std"] is not None else ""
         return f"{variant} {row['mean']:.3g}{spread}"
 
+    def test(variant: str, metric: str) -> str:
+        row = by.get((variant, metric))
+        return "n/a" if row is None else describe_comparison(row)
+
     ls_peak = by[("ls", "peak_max_logit")]["verdict"]
-    if ls_peak.startswith("better"):
-        answer, decided = "yes: LS's peak max logit is lower than MHSA's beyond seed noise", True
-    elif ls_peak.startswith("worse"):
-        answer, decided = "no: LS's peak max logit is higher than MHSA's beyond seed noise", False
+    if ls_peak.startswith("significant") and ": lower" in ls_peak:
+        answer, decided = "yes: LS's peak max logit is lower than MHSA's (significant at 5 % after Holm)", True
+    elif ls_peak.startswith("significant"):
+        answer, decided = "no: LS's peak max logit is higher than MHSA's (significant at 5 % after Holm)", False
     else:
         answer, decided = f"not resolved ({ls_peak})", None
     n = by[("mhsa", "peak_max_logit")]["n_runs"]
     parts = [
         f"Does MHSA's max logit grow faster than LS's? {answer}.",
         f"Peak max logit (mean ± std over {n} seed(s)): {stat('mhsa', 'peak_max_logit')}, "
-        f"{stat('ls', 'peak_max_logit')}, {stat('qk_norm', 'peak_max_logit')}.",
+        f"{stat('ls', 'peak_max_logit')}, {stat('qk_norm', 'peak_max_logit')}; LS vs MHSA "
+        f"{test('ls', 'peak_max_logit')}.",
         f"Mean max logit over training: {stat('mhsa', 'mean_max_logit')}, {stat('ls', 'mean_max_logit')}, "
-        f"{stat('qk_norm', 'mean_max_logit')} (LS vs MHSA: {by.get(('ls', 'mean_max_logit'), {}).get('verdict')}).",
+        f"{stat('qk_norm', 'mean_max_logit')}; LS vs MHSA {test('ls', 'mean_max_logit')}.",
         f"Best val loss: {stat('mhsa', 'best_val_loss')}, {stat('ls', 'best_val_loss')}, "
-        f"{stat('qk_norm', 'best_val_loss')} nats.",
+        f"{stat('qk_norm', 'best_val_loss')} nats; LS vs MHSA {test('ls', 'best_val_loss')}; QK-norm vs MHSA "
+        f"{test('qk_norm', 'best_val_loss')}.",
     ]
     return " ".join(parts), decided
 
