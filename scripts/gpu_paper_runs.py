@@ -21,8 +21,8 @@ train in parallel processes and one last call summarises them all::
     python scripts/gpu_paper_runs.py summary --out results/              # ... then summarise the store
 
 ``summary`` trains nothing: it reads every run of these two experiments from the store and writes
-``ls_gpu.json`` (rows, runs and verdict), ``spans_paper.json`` (rows and runs) and ``runs.csv`` (one row per
-run and seed, for recomputing every number). Source: spanviz; the
+``ls_gpu.json`` and ``spans_gpu_heads.json`` with their per-seed tables beside them (paired t-tests over seeds,
+Holm within each sweep; see ``docs/results/README.md`` to recompute them). Source: spanviz; the
 papers' own sizes where known (arXiv 2505.15548: 6 × 192, 5 local + 1 global, p 50, T 2048; arXiv
 2512.13033 per published summaries: d_model 256 with 4 / 8 / 16 heads).
 """
@@ -30,19 +30,15 @@ papers' own sizes where known (arXiv 2505.15548: 6 × 192, 5 local + 1 global, p
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from spanviz.data import OFFLINE_SPLITS, prepare_tokens
-from spanviz.experiments.core import run_grid, summarize
-from spanviz.experiments.ls import BASELINE as LS_BASELINE
-from spanviz.experiments.ls import GROWTH_METRICS, _head_group_peaks, growth_verdict, ls_sweep
-from spanviz.experiments.ls import _METRIC_FNS as LS_METRICS
+from spanviz.experiments.core import compare_groups, per_seed_table, run_grid, save_sweep
 from spanviz.experiments.ls import SIZES as LS_SIZES
+from spanviz.experiments.ls import ls_sweep, summarize_ls
 from spanviz.experiments.spans import SIZE_DEFAULTS
 from spanviz.model import GPTConfig
 from spanviz.spans import SpanConfig
@@ -90,56 +86,43 @@ def train_spans(seeds: list[int], data_dir: str | None, store: ResultsStore, ste
 
 
 def summary(store: ResultsStore, out: Path) -> None:
-    """Summarise every LS ("gpu") and spans ("gpu-heads") run in the store — replay only, nothing trains."""
+    """Summarise every LS ("gpu") and spans ("gpu-heads") run in the store — replay only, nothing trains.
+
+    Writes ``ls_gpu.json`` and ``spans_gpu_heads.json`` with their per-seed tables beside them
+    (:func:`spanviz.experiments.save_sweep`): paired t-tests over seeds, Holm-corrected within each sweep.
+    """
     records = [store.load(key) for key in store.list()]
     ls = [r for r in records if r.config.get("tags") == {"experiment": "ls", "size": "gpu"}]
     sp = [r for r in records if r.config.get("tags") == {"experiment": "spans", "size": "gpu-heads"}]
-    ls_result: dict[str, Any] = {"runs": [], "rows": [], "verdict": "no LS runs in the store"}
-    if ls:
-        rows = summarize(ls, "best_val_loss", baseline=LS_BASELINE)
-        for name in GROWTH_METRICS:
-            rows += summarize(ls, LS_METRICS[name], baseline=LS_BASELINE)
-        n_local = next(r.config["model"]["n_local"] for r in ls if r.config.get("variant") == "ls")
-        verdict, _ = growth_verdict(rows)
-        ls_result = {"rows": rows, "runs": [_ls_run(r, n_local) for r in ls], "verdict": verdict,
-                     "data": ls[0].config["data"], "device": ls[0].environment.get("device_name")}
-    rows = []
-    for h in SPANS_HEADS:
-        subset = [r for r in sp if r.config["model"]["n_head"] == h]
-        if any(r.config.get("variant") == f"heads={h}/[1111]" for r in subset):
-            for row in summarize(subset, metric="best_val_loss", baseline=f"heads={h}/[1111]"):
-                rows.append({"n_head": h, "d_head": r_d_head(subset), **row})
-    sp_result = {"rows": rows, "device": sp[0].environment.get("device_name") if sp else None,
-                 "runs": [{"variant": r.config.get("variant"), "seed": r.config.get("seed"), "status": r.status,
-                           "best_val_loss": r.best_val_loss} for r in sp]}
     out.mkdir(parents=True, exist_ok=True)
-    (out / "ls_gpu.json").write_text(json.dumps(ls_result, indent=1, default=str))
-    (out / "spans_paper.json").write_text(json.dumps(sp_result, indent=1, default=str))
-    with open(out / "runs.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["experiment", "variant", "seed", "status", "best_val_loss", "peak_max_logit",
-                         "mean_max_logit", "final_max_logit", "local_heads_peak", "global_heads_peak"])
-        for r in ls_result["runs"]:
-            writer.writerow(["ls", r["variant"], r["seed"], r["status"], r["best_val_loss"], r["peak_max_logit"],
-                             r["mean_max_logit"], r["final_max_logit"], r["local_heads_peak"], r["global_heads_peak"]])
-        for r in sp_result["runs"]:
-            writer.writerow(["spans", r["variant"], r["seed"], r["status"], r["best_val_loss"], "", "", "", "", ""])
-    print(ls_result["verdict"])
-    for row in rows:
-        print(json.dumps(row, default=str))
+    if ls:
+        n_local = next(r.config["model"]["n_local"] for r in ls if r.config.get("variant") == "ls")
+        result = {"experiment": "ls", "size": "gpu", **_provenance(ls), **summarize_ls(ls, n_local)}
+        save_sweep(result, out / "ls_gpu.json", runs=False)
+        print(result["verdict"])
+    if sp:
+        table = per_seed_table(sp, ["best_val_loss"], info=lambda r: {"n_head": r.config["model"]["n_head"]})
+        present = {(row["variant"], row["seed"]) for row in table}
+        comparisons = [{"group": "heads", "n_head": h, "d_head": 256 // h, "baseline": f"heads={h}/[1111]",
+                        "variants": [f"heads={h}/[1111]", f"heads={h}/[1000]"], "metric": "best_val_loss"}
+                       for h in SPANS_HEADS
+                       if sum((f"heads={h}/[1000]", s) in present and (f"heads={h}/[1111]", s) in present
+                              for s in {seed for _, seed in present}) >= 2]  # complete pairs only
+        result = {"experiment": "spans", "size": "gpu-heads", **_provenance(sp), "comparisons": comparisons,
+                  "rows": compare_groups(table, comparisons) if comparisons else [], "per_seed": table}
+        save_sweep(result, out / "spans_gpu_heads.json", runs=False)
+        for row in result["rows"]:
+            print(row["variant"], row["n"], row["mean"], row.get("rel_change_pct"), row.get("p"), row["verdict"])
 
 
-def r_d_head(records: list) -> int:
-    model = records[0].config["model"]
-    return model["d_model"] // model["n_head"]
-
-
-def _ls_run(record: Any, n_local: int) -> dict[str, Any]:
-    """One LS run's metrics (no curves: the records hold them)."""
-    variant = record.config.get("variant")
-    return {"variant": variant, "seed": record.config.get("seed"), "status": record.status,
-            "best_val_loss": record.best_val_loss, **{name: fn(record) for name, fn in LS_METRICS.items()},
-            **_head_group_peaks(record, n_local if variant == "ls" else 0)}
+def _provenance(records: list) -> dict[str, Any]:
+    """Where and how a group of runs was made: device, torch, configuration of the first run, data."""
+    first = records[0]
+    return {"device": first.environment.get("device_name"), "torch": first.environment.get("torch"),
+            "started_utc": min(r.environment.get("started_utc", "") for r in records),
+            "data": first.config["data"], "train": first.config["train"],
+            "variants": sorted({r.config.get("variant") for r in records}),
+            "seeds": sorted({r.config.get("seed") for r in records})}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -240,27 +240,36 @@ def ls_sweep(
 
     records = run_grid(variants, seeds, data, store=store, probes_factory=probes_factory, progress=progress,
                        tags={"experiment": "ls", "size": size})  # fmt: skip
-    ls_n_local = variants["ls"][0].n_local
-    table = per_seed_table(records, {"best_val_loss": "best_val_loss", **_METRIC_FNS},
-                           info=lambda r: _head_group_peaks(r, ls_n_local if r.config["variant"] == "ls" else 0))
-    specs = [{"baseline": BASELINE, "variants": list(VARIANTS), "metric": m}
-             for m in ("best_val_loss", *GROWTH_METRICS)]  # fmt: skip
-    rows = compare_groups(table, specs) if {row["variant"] for row in table} == set(VARIANTS) else []
-    runs = [_run_summary(r, ls_n_local) for r in records]
-    verdict, grows_faster = growth_verdict(rows) if rows else ("", None)
-    logger.info("ls_sweep: %s", verdict)
+    summary = summarize_ls(records, variants["ls"][0].n_local)
+    logger.info("ls_sweep: %s", summary["verdict"])
     return {
         "size": size,
         "seeds": seeds,
         "variants": {n: {"model": m.to_dict(), "train": t.to_dict()} for n, (m, t) in variants.items()},
         "data": data.describe(),
-        "rows": rows,
-        "per_seed": table,
-        "comparisons": specs,
-        "runs": runs,
-        "verdict": verdict,
-        "mhsa_grows_faster": grows_faster,
+        **summary,
+        "runs": [_run_summary(r, variants["ls"][0].n_local) for r in records],
     }
+
+
+def summarize_ls(records: Sequence[RunRecord], n_local: int) -> dict[str, Any]:
+    """The statistics of :func:`ls_sweep` from its run records (e.g. read back from a results store).
+
+    Args:
+        records: runs with ``config["variant"]`` in :data:`VARIANTS` and ``config["seed"]``.
+        n_local: the LS variant's local heads (to split its peaks into local / global heads).
+    Returns:
+        ``{"rows", "per_seed", "comparisons", "verdict", "mhsa_grows_faster"}`` as in :func:`ls_sweep`; no
+        rows (and an empty verdict) unless every variant is present.
+    """
+    table = per_seed_table(records, {"best_val_loss": "best_val_loss", **_METRIC_FNS},
+                           info=lambda r: _head_group_peaks(r, n_local if r.config["variant"] == "ls" else 0))
+    specs = [{"baseline": BASELINE, "variants": list(VARIANTS), "metric": m}
+             for m in ("best_val_loss", *GROWTH_METRICS)]  # fmt: skip
+    rows = compare_groups(table, specs) if {row["variant"] for row in table} == set(VARIANTS) else []
+    verdict, grows_faster = growth_verdict(rows) if rows else ("", None)
+    return {"rows": rows, "per_seed": table, "comparisons": specs, "verdict": verdict,
+            "mhsa_grows_faster": grows_faster}
 
 
 def _run_summary(record: RunRecord, ls_n_local: int) -> dict[str, Any]:
@@ -332,5 +341,5 @@ def growth_verdict(rows: Sequence[Mapping[str, Any]]) -> tuple[str, bool | None]
     return " ".join(parts), decided
 
 
-__all__ = ["GROWTH_METRICS", "SIZES", "VARIANTS", "growth_verdict", "ls_sweep", "ls_variants",
+__all__ = ["GROWTH_METRICS", "SIZES", "VARIANTS", "growth_verdict", "ls_sweep", "ls_variants", "summarize_ls",
            "final_max_logit", "mean_max_logit", "peak_max_logit", "slope_per_100"]  # fmt: skip
