@@ -149,7 +149,7 @@ def _parse_slots(slots: Any) -> tuple[Slot, ...]:
 class SpanConfig:
     """Span / violation gradient scaling setting. Frozen, validated, JSON-ready through :meth:`to_dict`.
 
-    Fields:
+    Attributes:
         alphas: α per order, α0 first. A digit string as in the paper ("1000", "[1110]") or numbers.
             Length max(4, n_slots + 1) (4 for every preset; entries above the last order are unused, e.g.
             α3 for ``qk4``). Finite; negative values are allowed but leave the paper's setting.

@@ -145,13 +145,18 @@ def test_failed_serialisation_leaves_no_partial_file_and_keeps_the_old_one(tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{key}.json"]
 
 
-def test_a_file_that_does_not_match_its_key_is_reported(tmp_path):
+def test_a_file_that_does_not_match_its_key_is_reported(tmp_path, caplog):
     store = ResultsStore(tmp_path)
     key = store.put(make_record())
     other = make_record(seed=5)
     (tmp_path / f"{key}.json").write_text(other.to_json())  # hand-edited / renamed file
     with pytest.raises(ValueError, match="does not hash"):
-        store.get(make_record().config)
+        store.load(key)
+    with caplog.at_level("WARNING", logger="spanviz.store"):
+        assert store.get(make_record().config) is None  # replay goes on: the run is trained again
+    assert key in caplog.text and "does not hash" in caplog.text
+    store.put(make_record())  # ... and its result replaces the bad file
+    assert store.get(make_record().config).config == make_record().config
     with pytest.raises(KeyError):
         store.load("0" * 64)
     with pytest.raises(ValueError, match="64"):
