@@ -338,7 +338,9 @@ def smoke_train(cmd: TrainCommand) -> TrainCommand:
     if train.lr_spike_factor != 1.0:
         train = replace(train, lr_spike_start=min(train.lr_spike_start, train.steps - 1))
     model = replace(cmd.model, context_length=min(cmd.model.context_length, 32))
-    probes = replace(cmd.probes, probe_every=_shrink(cmd.probes.probe_every))
+    probes = cmd.probes
+    if probes.logit_probe or probes.spans_probe:
+        probes = replace(probes, probe_every=_shrink(probes.probe_every))
     return replace(cmd, train=train, model=model, probes=probes)
 
 
@@ -440,7 +442,8 @@ def span_config(opts: Any) -> SpanConfig | None:
             raise UsageError(f"--spans-layers {' '.join(map(str, opts.spans_layers))}: has no effect without "
                              "--spans-preset or --alphas (span scaling is off)")
         return None
-    return config_from(SpanConfig, {"preset": opts.spans_preset or "kv8", "alphas": opts.alphas or "1111",
+    return config_from(SpanConfig, {"preset": opts.spans_preset or "kv8",
+                                    "alphas": "1111" if opts.alphas is None else opts.alphas,
                                     "layers": opts.spans_layers})
 
 
@@ -473,6 +476,9 @@ def model_config(cmd: TrainCommand, vocab_size: int) -> GPTConfig:
     if opts.window is not None and opts.n_local == 0:
         raise UsageError(f"--window {opts.window}: has no effect without --n-local (the number of local heads); "
                          "add --n-local N")
+    if cmd.probes.fp8_probe and opts.qk_norm:
+        raise UsageError("--fp8-probe with --qk-norm: the FP8 bounds are for plain q·k logits, which QK-norm replaces; "
+                         "drop one of them")
     kwargs = {**config_kwargs(opts), "vocab_size": vocab_size, "spans": span_config(cmd.spans)}
     return config_from(GPTConfig, kwargs)
 
@@ -496,8 +502,7 @@ def resume_plan(cmd: TrainCommand, given: set[str], out: Path) -> TrainPlan:
     if not path.exists():
         hint = ""
         if (out / "run.json").is_file():
-            hint = (" (run.json is there: the run stopped before its first checkpoint; start it again without "
-                    "--resume, into an empty --out)")
+            hint = " (the run stopped before its first checkpoint: start it again, without --resume)"
         raise UsageError(f"--resume: {out} has no checkpoint.pt to continue{hint}")
     checkpoint = load_checkpoint(path)  # CheckpointError: one line naming the file
     saved_model, saved_train = checkpoint.model_cfg, checkpoint.train_cfg
@@ -603,10 +608,13 @@ def check_out_is_free(out: Path) -> None:
     if (out / "run.json").is_file():
         try:
             saved = RunRecord.load(out / "run.json")
-            done = len(saved.history.get("step", []))
-            what = f" (status {saved.status}, {done} of {saved.config.get('train', {}).get('steps', '?')} updates)"
         except ValueError:
             what = " (its run.json is damaged)"
+        else:
+            done = len(saved.history.get("step", []))
+            if done == 0 and present == ["run.json"]:
+                return  # a run stopped before its first update: nothing to lose, start it afresh
+            what = f" (status {saved.status}, {done} of {saved.config.get('train', {}).get('steps', '?')} updates)"
     raise UsageError(f"--out {out} already holds a run{what}: continue it with --resume (--resume --steps N "
                      "extends it), or choose another --out")
 
@@ -988,6 +996,11 @@ def _config_file_defaults(argv: Sequence[str]) -> TrainCommand | None:
         raise UsageError(f"--config {path}: 'model' and 'train' must be JSON objects")
     spans = model.get("spans")
     model = {k: v for k, v in model.items() if k not in ("vocab_size", "spans")}
+    for config_class, section, values in ((GPTConfig, "model", model), (TrainConfig, "train", train)):
+        try:  # each section must be valid on its own (with the other fields at their defaults)
+            config_class(**values)
+        except (TypeError, ValueError) as error:
+            raise UsageError(f"--config {path}: its {section!r} section: {error}") from None
     base = TrainCommand()
     try:
         model_opts = replace(base.model, **model)

@@ -920,7 +920,9 @@ class SpanProbe:
             raise ValueError(f"every must be an integer >= 1, got {every!r}")
         if cfg is not None and not isinstance(cfg, SpanConfig):
             raise ValueError(f"cfg must be a SpanConfig or None, got {type(cfg).__name__}")
-        self.every, self.cfg, self.per_head = every, cfg, bool(per_head)
+        if not isinstance(per_head, bool):
+            raise ValueError(f"per_head must be True or False, got {per_head!r}")
+        self.every, self.cfg, self.per_head = every, cfg, per_head
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready settings (for the run config and the results-store key)."""

@@ -298,14 +298,16 @@ def count_parameters(cfg: GPTConfig) -> int:
 def estimate_memory(model_cfg: GPTConfig, train_cfg: TrainConfig) -> int:
     """A rough lower bound of the memory one training run needs [bytes].
 
-    fp32 parameters, gradients and the two AdamW moments (16 bytes per parameter), plus the activations kept
-    for one backward pass: per layer and token about 16·d_model values and 2·n_head·T attention scores, and
-    three B·T·vocab_size logit tensors. Real use is higher (allocator slack, temporaries), so a run refused by
+    fp32 parameters, gradients and the two AdamW moments (16 bytes per parameter), the activations kept for
+    one backward pass (per layer and token about 16·d_model values and 2·n_head·T attention scores, and three
+    B·T·vocab_size logit tensors), and the fixed evaluation batches (eval_iters·B windows of T + 1 int64 ids,
+    kept as x and y). Real use is higher (allocator slack, temporaries), so a run refused by
     :func:`check_memory` certainly does not fit.
     """
     B, T = train_cfg.batch_size, model_cfg.context_length
     per_token = model_cfg.n_layer * (16 * model_cfg.d_model + 2 * model_cfg.n_head * T) + 3 * model_cfg.vocab_size
-    return 16 * count_parameters(model_cfg) + 4 * B * T * per_token
+    eval_batches = 2 * 8 * train_cfg.eval_iters * B * (T + 1)
+    return 16 * count_parameters(model_cfg) + 4 * B * T * per_token + eval_batches
 
 
 def available_memory(device: torch.device) -> int | None:
@@ -333,10 +335,10 @@ def check_memory(model_cfg: GPTConfig, train_cfg: TrainConfig, device: torch.dev
         sizes = ", ".join(f"{name}={value}" for name, value in (
             ("n_layer", model_cfg.n_layer), ("d_model", model_cfg.d_model), ("n_head", model_cfg.n_head),
             ("context_length", model_cfg.context_length), ("vocab_size", model_cfg.vocab_size),
-            ("batch_size", train_cfg.batch_size)))
+            ("batch_size", train_cfg.batch_size), ("eval_iters", train_cfg.eval_iters)))
         raise ValueError(f"this configuration needs at least {need / 2**30:,.1f} GiB to train ({sizes}; "
                          f"{count_parameters(model_cfg):,} parameters) but {device} has {free / 2**30:,.1f} GiB "
-                         "free; make n_layer, d_model, context_length or batch_size smaller")
+                         "free; make n_layer, d_model, context_length, batch_size or eval_iters smaller")
     return need
 
 
