@@ -17,7 +17,7 @@ classes. ``--config FILE`` (a JSON object with ``model`` / ``train`` sections, o
 defaults that flags then override; the sweep's ``--model KEY=VALUE`` / ``--train KEY=VALUE`` overrides are
 parsed by the same generated classes.
 
-Every argument is checked before any data is loaded or any model is built (:func:`plan_train` and friends);
+Every argument is checked before any data is loaded or any model is built (:func:`fresh_plan`, :func:`resume_plan`, :func:`cmd_sweep`);
 errors are one line naming the flag, the value and what is allowed. ``spanviz train`` never loses a run: it
 locks ``--out``, checks that ``--out`` and ``$SPANVIZ_HOME`` can be written, checkpoints at every evaluation,
 and ``--resume`` continues the same curve after any interruption.

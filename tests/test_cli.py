@@ -299,27 +299,17 @@ def test_unwritable_outputs_are_refused_before_training(case, data_flags, tmp_pa
     assert reason in err, err
 
 
-def test_a_full_disk_mid_run_keeps_the_last_checkpoint(data_flags, tmp_path, monkeypatch, capsys):
-    import spanviz.train as train_module
+def test_a_full_disk_mid_run_keeps_the_last_checkpoint(data_flags, tmp_path, capsys):
+    from test_cli_attack import disk_full_at_checkpoint
 
-    real, calls = train_module.atomic_write, []
-
-    def failing(path, payload):
-        if Path(path).name == "checkpoint.pt":
-            calls.append(path)
-            if len(calls) == 3:
-                raise OSError(errno.ENOSPC, "No space left on device")
-        return real(path, payload)
-
-    monkeypatch.setattr(train_module, "atomic_write", failing)
     out = tmp_path / "run"
-    rc = main(["train", *data_flags, *TINY_MODEL, "--steps", "20", "--eval-interval", "3", "--eval-iters", "1",
-               "--out", str(out)])
+    with disk_full_at_checkpoint(3):
+        rc = main(["train", *data_flags, *TINY_MODEL, "--steps", "20", "--eval-interval", "3", "--eval-iters", "1",
+                   "--out", str(out)])
     err = capsys.readouterr().err
     assert rc == 2 and "No space left on device" in err and "checkpoint.pt holds 4 updates" in err
     assert load_checkpoint(out / "checkpoint.pt").step == 4  # the last good one, intact
-    monkeypatch.setattr(train_module, "atomic_write", real)  # space again: the run continues from it
-    assert main(["train", *data_flags, "--resume", "--out", str(out)]) == 0
+    assert main(["train", *data_flags, "--resume", "--out", str(out)]) == 0  # space again: it continues
     assert history(out)["step"] == list(range(20))
 
 

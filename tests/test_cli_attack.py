@@ -470,26 +470,34 @@ def scenario_second_writer(stage: Stage) -> str:
     return "ok"
 
 
-def scenario_disk_full(stage: Stage) -> str:
+@contextlib.contextmanager
+def disk_full_at_checkpoint(n: int):
+    """Inside the block, the ``n``-th write of a checkpoint.pt fails with "No space left on device"."""
     import spanviz.train as train_module
-    from spanviz.train import load_checkpoint
 
     real, calls = train_module.atomic_write, []
 
     def failing(path, payload):
         if Path(path).name == "checkpoint.pt":
             calls.append(path)
-            if len(calls) == 2:
+            if len(calls) == n:
                 raise OSError(errno.ENOSPC, "No space left on device")
         return real(path, payload)
 
-    out = stage.root / "full-disk"
-    args = ["train", *BASE, "--steps", "12", "--eval-interval", "3", "--out", str(out)]
     train_module.atomic_write = failing
     try:
-        rc, _, err, escaped = cli(args)
+        yield
     finally:
         train_module.atomic_write = real
+
+
+def scenario_disk_full(stage: Stage) -> str:
+    from spanviz.train import load_checkpoint
+
+    out = stage.root / "full-disk"
+    args = ["train", *BASE, "--steps", "12", "--eval-interval", "3", "--out", str(out)]
+    with disk_full_at_checkpoint(2):
+        rc, _, err, escaped = cli(args)
     if escaped is not None or rc != 2 or load_checkpoint(out / "checkpoint.pt").step != 1:
         return f"lost: a full disk cost the checkpoint or gave a traceback ({rc}): {err[-300:]}"
     rc, _, err, _ = cli([*args, "--resume"])
@@ -521,57 +529,46 @@ def scenarios() -> list[tuple[str, Callable[[Stage], str]]]:
             ("the run diverges", scenario_divergence)]
 
 
-# ============================================================================================ pytest
-@pytest.fixture(scope="module")
-def stage(tmp_path_factory):
-    if not WIKITEXT.is_dir():
-        pytest.skip(f"WikiText-2 offline copy not found at {WIKITEXT}")
-    root = tmp_path_factory.mktemp("attack")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(root)
-        mp.setenv("SPANVIZ_HOME", str(root / "home"))
-        mp.setenv("SPANVIZ_OFFLINE", "1")
-        for name in ("SPANVIZ_WIKITEXT_DIR", "SPANVIZ_TRAIN_SPLIT", "SPANVIZ_EVAL_SPLIT", "SPANVIZ_SMOKE"):
-            mp.delenv(name, raising=False)
-        torch.set_num_threads(1)
-        yield build_stage(root)
+# ============================================================================================ all inputs
+Outcome = tuple[str, str]
+"""("ok" | "clean" | "traceback" | "lost", detail)."""
 
 
-def build_stage(root: Path) -> Stage:
-    (root / "a-file").write_text("x")
-    rc = cli(["prepare-data", "--data-dir", str(WIKITEXT), "--train-split", "validation", "--eval-split", "test",
-              "--max-vocab", "512"])[0]
-    assert rc == 0
-    precious = root / "precious"
-    assert cli(["train", *BASE, "--steps", "3", "--out", str(precious)])[0] == 0
-    return Stage(root, root / "home", precious)
+def attack_inputs(stage: Stage) -> list[tuple[str, str, str, Callable[[], Outcome]]]:
+    """Every input of the attack: (group, label, expectation, run) — run() gives its :data:`Outcome`."""
+
+    def command(argv: list[str]) -> Outcome:
+        before = stage.fingerprint()
+        kind, detail = outcome_of_cli(argv)
+        return ("lost", "the precious run changed") if stage.fingerprint() != before else (kind, detail)
+
+    def damaged(name: str, damage: Callable[[Path], list[str]]) -> Outcome:
+        return outcome_of_cli(damage(_copy_precious(stage, name)))
+
+    def archive(name: str, build: Callable[[Path], Path]) -> Outcome:
+        folder = stage.root / "archives" / name.replace(" ", "-")
+        folder.mkdir(parents=True, exist_ok=True)
+        return outcome_of_cli(["runs", "import", str(build(folder)), "--store", str(folder / "store")])
+
+    def scenario(run: Callable[[Stage], str]) -> Outcome:
+        result = run(stage)
+        return ("ok", "") if result == "ok" else ("lost", result)
+
+    items = [("command lines", " ".join(argv), expect, lambda a=argv: command(a))
+             for argv, expect in command_lines(stage)]
+    items += [("Python configs", label, "either", lambda m=make: outcome_of_config(m))
+              for label, make in python_configs()]
+    items += [("corrupted files", label, expect, lambda n=label, d=damage: damaged(n, d))
+              for label, damage, expect in corrupted_files(stage)]
+    items += [("malicious archives", label, expect, lambda n=label, b=build: archive(n, b))
+              for label, build, expect in malicious_archives(stage)]
+    items += [("run-loss scenarios", label, "ok", lambda r=run: scenario(r)) for label, run in scenarios()]
+    return items
 
 
-def _check(kind: str, expect: str, detail: str) -> None:
-    assert kind != "traceback", detail
-    if expect == "error":
-        assert kind == "clean", f"accepted although it should be refused: {detail}"
-    elif expect == "ok":
-        assert kind == "ok", detail
-
-
-def _cli_ids() -> list[str]:
-    return [" ".join(argv) for argv, _ in command_lines(Stage(Path("/S"), Path("/S/home"), Path("/S/precious")))]
-
-
-@pytest.mark.parametrize("index", range(len(_cli_ids())), ids=_cli_ids())
-def test_command_line(index, stage):
-    argv, expect = command_lines(stage)[index]
-    before = stage.fingerprint()
-    kind, detail = outcome_of_cli(argv)
-    _check(kind, expect, detail)
-    assert stage.fingerprint() == before, "the precious run was changed"
-
-
-@pytest.mark.parametrize("index", range(len(python_configs())), ids=[i for i, _ in python_configs()])
-def test_python_config(index):
-    kind, detail = outcome_of_config(python_configs()[index][1])
-    assert kind != "traceback", detail
+def failure(kind: str, expect: str) -> bool:
+    """Whether an outcome breaks a promise: a traceback, a lost run, or the wrong kind for the expectation."""
+    return kind in ("traceback", "lost") or (expect == "error" and kind != "clean") or (expect == "ok" and kind != "ok")
 
 
 def _copy_precious(stage: Stage, name: str) -> Path:
@@ -584,27 +581,50 @@ def _copy_precious(stage: Stage, name: str) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("index", range(len(corrupted_files(Stage(Path("/S"), Path("/S"), Path("/S"))))),
-                         ids=[i for i, _, _ in corrupted_files(Stage(Path("/S"), Path("/S"), Path("/S")))])
-def test_corrupted_file(index, stage):
-    name, damage, expect = corrupted_files(stage)[index]
-    kind, detail = outcome_of_cli(damage(_copy_precious(stage, name)))
-    _check(kind, expect, detail)
+def build_stage(root: Path) -> Stage:
+    (root / "a-file").write_text("x")
+    rc = cli(["prepare-data", "--data-dir", str(WIKITEXT), "--train-split", "validation", "--eval-split", "test",
+              "--max-vocab", "512"])[0]
+    assert rc == 0
+    precious = root / "precious"
+    assert cli(["train", *BASE, "--steps", "3", "--out", str(precious)])[0] == 0
+    return Stage(root, root / "home", precious)
 
 
-@pytest.mark.parametrize("index", range(len(malicious_archives(Stage(Path("/S"), Path("/S"), Path("/S"))))),
-                         ids=[i for i, _, _ in malicious_archives(Stage(Path("/S"), Path("/S"), Path("/S")))])
-def test_malicious_archive(index, stage):
-    name, build, expect = malicious_archives(stage)[index]
-    folder = stage.root / "archives" / name.replace(" ", "-")
-    folder.mkdir(parents=True, exist_ok=True)
-    kind, detail = outcome_of_cli(["runs", "import", str(build(folder)), "--store", str(folder / "store")])
-    _check(kind, expect, detail)
+@contextlib.contextmanager
+def staged(root: Path):
+    """The attack's environment in ``root`` (cwd, SPANVIZ_HOME, offline, no data variables) and its :class:`Stage`."""
+    before = torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        mp.setenv("SPANVIZ_HOME", str(root / "home"))
+        mp.setenv("SPANVIZ_OFFLINE", "1")
+        for name in ("SPANVIZ_WIKITEXT_DIR", "SPANVIZ_TRAIN_SPLIT", "SPANVIZ_EVAL_SPLIT", "SPANVIZ_SMOKE"):
+            mp.delenv(name, raising=False)
+        torch.set_num_threads(1)
+        try:
+            yield build_stage(root)
+        finally:
+            torch.set_num_threads(before)
 
 
-@pytest.mark.parametrize("index", range(len(scenarios())), ids=[i for i, _ in scenarios()])
-def test_no_run_is_lost(index, stage):
-    assert scenarios()[index][1](stage) == "ok"
+# ============================================================================================ pytest
+@pytest.fixture(scope="module")
+def stage(tmp_path_factory):
+    if not WIKITEXT.is_dir():
+        pytest.skip(f"WikiText-2 offline copy not found at {WIKITEXT}")
+    with staged(tmp_path_factory.mktemp("attack")) as st:
+        yield st
+
+
+_IDS = [f"{group}: {label}" for group, label, _, _ in attack_inputs(Stage(Path("/S"), Path("/S/h"), Path("/S/p")))]
+
+
+@pytest.mark.parametrize("index", range(len(_IDS)), ids=_IDS)
+def test_attack_input(index, stage):
+    group, label, expect, run = attack_inputs(stage)[index]
+    kind, detail = run()
+    assert not failure(kind, expect), f"{kind} (expected {expect}): {detail}"
 
 
 # ============================================================================================ the counts
@@ -613,59 +633,25 @@ def main() -> int:
     import tempfile
 
     sys.path.insert(0, str(Path(__file__).parent))
-    counts: Counter[str] = Counter()
-    failures: list[str] = []
-    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
-        root = Path(tmp)
-        mp.chdir(root)
-        mp.setenv("SPANVIZ_HOME", str(root / "home"))
-        mp.setenv("SPANVIZ_OFFLINE", "1")
-        for name in ("SPANVIZ_WIKITEXT_DIR", "SPANVIZ_TRAIN_SPLIT", "SPANVIZ_EVAL_SPLIT", "SPANVIZ_SMOKE"):
-            mp.delenv(name, raising=False)
-        torch.set_num_threads(1)
-        st = build_stage(root)
-
-        def tally(group: str, label: str, kind: str, expect: str, detail: str) -> None:
+    counts: Counter[tuple[str, str]] = Counter()
+    failures = []
+    with tempfile.TemporaryDirectory() as tmp, staged(Path(tmp)) as st:
+        for group, label, expect, run in attack_inputs(st):
+            kind, detail = run()
             counts[(group, kind)] += 1
-            wrong = kind == "traceback" or (expect == "error" and kind != "clean") or (expect == "ok" and kind != "ok")
-            if wrong:
+            if failure(kind, expect):
                 failures.append(f"[{group}] {label}: {kind} (expected {expect}): {detail[:300]}")
-
-        for argv, expect in command_lines(st):
-            before = st.fingerprint()
-            kind, detail = outcome_of_cli(argv)
-            tally("command lines", " ".join(argv), kind, expect, detail)
-            if st.fingerprint() != before:
-                counts["runs lost"] += 1
-                failures.append(f"the precious run changed after {' '.join(argv)}")
-        for label, make in python_configs():
-            kind, detail = outcome_of_config(make)
-            tally("Python configs", label, kind, "either", detail)
-        for label, damage, expect in corrupted_files(st):
-            kind, detail = outcome_of_cli(damage(_copy_precious(st, label)))
-            tally("corrupted files", label, kind, expect, detail)
-        for label, build, expect in malicious_archives(st):
-            folder = st.root / "archives" / label.replace(" ", "-")
-            folder.mkdir(parents=True, exist_ok=True)
-            kind, detail = outcome_of_cli(["runs", "import", str(build(folder)), "--store", str(folder / "store")])
-            tally("malicious archives", label, kind, expect, detail)
-        for label, scenario in scenarios():
-            result = scenario(st)
-            counts[("run-loss scenarios", "ok" if result == "ok" else "lost")] += 1
-            if result != "ok":
-                counts["runs lost"] += 1
-                failures.append(f"[scenario] {label}: {result}")
-    groups = ("command lines", "Python configs", "corrupted files", "malicious archives", "run-loss scenarios")
-    total = {kind: sum(v for k, v in counts.items() if isinstance(k, tuple) and k[0] in groups[:4] and k[1] == kind)
-             for kind in ("ok", "clean", "traceback")}
+    groups = dict.fromkeys(group for group, _ in counts)
     for group in groups:
-        row = {k: counts[(group, k)] for k in ("ok", "clean", "traceback", "lost") if counts[(group, k)]}
+        row = {kind: n for (g, kind), n in counts.items() if g == group}
         print(f"{group:20s} {sum(row.values()):4d} inputs: {row}")
-    tried = sum(v for k, v in counts.items() if isinstance(k, tuple))  # scenarios included
-    print(f"inputs tried {tried}; correct behaviour {total['ok']}; clean errors {total['clean']}; "
-          f"tracebacks {total['traceback']}; runs lost {counts['runs lost']}")
-    for failure in failures:
-        print("FAIL", failure)
+    total = Counter()
+    for (_, kind), n in counts.items():
+        total[kind] += n
+    print(f"inputs tried {sum(total.values())}; correct behaviour {total['ok']}; clean errors {total['clean']}; "
+          f"tracebacks {total['traceback']}; runs lost {total['lost']}")
+    for line in failures:
+        print("FAIL", line)
     return 1 if failures else 0
 
 

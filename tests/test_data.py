@@ -468,6 +468,8 @@ def test_an_unwritable_token_cache_costs_time_not_the_data(wikitext_dir, tmp_pat
 
 
 def test_prepare_data_remembers_a_folder_and_its_splits(wikitext_dir, tmp_path, monkeypatch, caplog):
+    for name in ("SPANVIZ_TRAIN_SPLIT", "SPANVIZ_EVAL_SPLIT"):  # scripts/setup.sh exports them
+        monkeypatch.delenv(name, raising=False)
     assert data.remembered_data_source() is None
     assert data.resolve_data_source() == (None, dict(data.DEFAULT_SPLITS))
     data.remember_data_source(wikitext_dir, OFFLINE)
