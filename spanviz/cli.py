@@ -17,10 +17,10 @@ classes. ``--config FILE`` (a JSON object with ``model`` / ``train`` sections, o
 defaults that flags then override; the sweep's ``--model KEY=VALUE`` / ``--train KEY=VALUE`` overrides are
 parsed by the same generated classes.
 
-Every argument is checked before any data is loaded or any model is built (:func:`fresh_plan`, :func:`resume_plan`, :func:`cmd_sweep`);
-errors are one line naming the flag, the value and what is allowed. ``spanviz train`` never loses a run: it
-locks ``--out``, checks that ``--out`` and ``$SPANVIZ_HOME`` can be written, checkpoints at every evaluation,
-and ``--resume`` continues the same curve after any interruption.
+Every argument is checked before any data is loaded or any model is built (:func:`fresh_plan`,
+:func:`resume_plan`, :func:`cmd_sweep`); errors are one line naming the flag, the value and what is allowed.
+``spanviz train`` never loses a run: it locks ``--out``, checks that ``--out`` and ``$SPANVIZ_HOME`` can be
+written, checkpoints at every evaluation, and ``--resume`` continues the same curve after any interruption.
 
 ``SPANVIZ_SMOKE=1`` runs a seconds-long version of any command (for CI: steps ÷ 100, context ≤ 32, batch ≤ 4,
 at most 2 evaluation batches and 2 seeds, the quick core step-ratio benchmark); the command says so on stderr.
@@ -47,6 +47,7 @@ import docstring_parser
 import tyro
 
 from spanviz import data as data_lib
+from spanviz.bench import SECTIONS as BENCH_SECTIONS
 from spanviz.files import check_writable_folder, folder_lock
 from spanviz.model import ATTN_BACKENDS, GPTConfig
 from spanviz.spans import PRESETS, SpanConfig
@@ -57,7 +58,6 @@ logger = logging.getLogger("spanviz")
 SMOKE_ENV = "SPANVIZ_SMOKE"
 SWEEP_MODULES = {"spans": "spanviz.experiments.spans", "ls": "spanviz.experiments.ls",
                  "fp8": "spanviz.experiments.fp8"}
-BENCH_SECTIONS = ("core", "spans", "ls", "fp8", "widgets")
 
 
 class UsageError(ValueError):
@@ -258,8 +258,8 @@ class BenchCommand:
 
     json: bool = False
     """print JSON."""
-    only: str | None = None
-    """comma-separated sections: core, spans, ls, fp8, widgets (default: all)."""
+    only: Annotated[str | None, tyro.conf.arg(help=f"comma-separated sections: {', '.join(BENCH_SECTIONS)} "
+                                                   "(default: all).")] = None
     device: str = "auto"
     """auto, cpu, cuda, cuda:<index> or mps."""
     quick: bool = False
@@ -711,13 +711,14 @@ def report(cmd: TrainCommand, trainer: Any, record: Any) -> int:
         print(f"finished: {trainer.step_count} of {steps} updates, best val loss "
               f"{'n/a' if best is None else f'{best:.4f}'}")
     elif record.status == "diverged":
-        print(f"diverged after {trainer.step_count} of {steps} updates: {as_flags(record.message)}")
+        print(f"diverged after {trainer.step_count} of {steps} updates: "
+              f"{as_flags(record.message.removeprefix('diverged: '))}")
     else:
         print(f"{record.status}: {trainer.step_count} of {steps} updates. {record.message}")
     if cmd.out is not None:
         on_disk = f"run record: {cmd.out / 'run.json'}"
         if trainer.last_checkpoint is not None:
-            on_disk += f"; checkpoint ({trainer.last_checkpoint} updates): {cmd.out / 'checkpoint.pt'}"
+            on_disk += f"; checkpoint ({trainer.last_checkpoint} updates done): {cmd.out / 'checkpoint.pt'}"
         print(on_disk)
     if cmd.store and record.status in ("finished", "diverged"):
         from spanviz.store import ResultsStore

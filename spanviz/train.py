@@ -267,13 +267,14 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     dev = torch.device(_check_device_name("device", str(device)))
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"device={str(device)!r} but CUDA is not available here; use device='auto' or 'cpu'")
+            raise ValueError(f"device={str(device)!r} but CUDA is not available here; "
+                             "use device='auto' or device='cpu'")
         index = torch.cuda.current_device() if dev.index is None else dev.index
         if index >= torch.cuda.device_count():
             raise ValueError(f"device={str(device)!r} but only {torch.cuda.device_count()} CUDA device(s) exist")
         return torch.device("cuda", index)
     if dev.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"device={str(device)!r} but MPS is not available here; use device='auto' or 'cpu'")
+        raise ValueError(f"device={str(device)!r} but MPS is not available here; use device='auto' or device='cpu'")
     return dev
 
 
