@@ -361,23 +361,17 @@ def _resolve_offline(offline: bool | None) -> bool:
 
 
 def _resolve_data_dir(data_dir: str | os.PathLike[str] | None) -> Path | None:
-    """The local folder to read: the argument, else ``$SPANVIZ_WIKITEXT_DIR``, else the folder remembered by
-    :func:`remember_data_source`; None means the hub."""
-    origin = "data_dir"
-    if data_dir is None:
-        data_dir = os.environ.get(ENV_DATA_DIR) or None
-        origin = f"${ENV_DATA_DIR}"
-    if data_dir is None:
-        remembered = remembered_data_source()
-        data_dir = remembered["data_dir"] if remembered else None
-        origin = f"the folder remembered in {spanviz_home() / DATA_SOURCE_FILE}"
-    if data_dir is None:
+    """The local folder to read (see :func:`resolve_data_source`), checked to be a folder; None means the hub."""
+    folder, _ = resolve_data_source(data_dir)
+    if folder is None:
         return None
-    folder = Path(data_dir).expanduser().resolve()
-    if not folder.is_dir():
-        raise ValueError(f"{origin}={str(data_dir)!r} is not a folder; it must hold WikiText-2 split files "
+    origin = "data_dir" if data_dir is not None else (
+        f"${ENV_DATA_DIR}" if os.environ.get(ENV_DATA_DIR) else f"the folder remembered in {DATA_SOURCE_FILE}")
+    path = Path(folder).expanduser().resolve()
+    if not path.is_dir():
+        raise ValueError(f"{origin}={folder!r} is not a folder; it must hold WikiText-2 split files "
                          f"(e.g. valid.txt, test.txt)")
-    return folder
+    return path
 
 
 # ---- local folders --------------------------------------------------------------------------------
