@@ -5,7 +5,8 @@ Data flows one way through this module:
 1. :func:`load_wikitext2` returns the text lines of the requested *roles* (``train`` and ``eval``), each
    read from a WikiText-2 *split* (``train``, ``validation`` or ``test``). The text comes through Hugging
    Face ``datasets``: from the hub (``Salesforce/wikitext``) or from a local folder of text or parquet
-   files (``data_dir`` or the ``SPANVIZ_WIKITEXT_DIR`` environment variable).
+   files (``data_dir``, the ``SPANVIZ_WIKITEXT_DIR`` environment variable, or the folder that
+   ``spanviz prepare-data --data-dir`` remembered: :func:`remember_data_source`).
 2. A tokenizer turns lines into ids: :class:`WordTokenizer` (whitespace words plus ``<eos>`` per line,
    the classic WikiText-2 setup) or :class:`ByteTokenizer` (UTF-8 bytes, for the smallest demos).
 3. :func:`prepare_tokens` does 1 and 2 and caches the ids on disk (``$SPANVIZ_HOME/tokens``), keyed by a
@@ -88,9 +89,12 @@ ENV_EVAL_SPLIT = "SPANVIZ_EVAL_SPLIT"
 
 def splits_from_env(local: bool) -> dict[str, str]:
     """Role → split from ``SPANVIZ_TRAIN_SPLIT`` / ``SPANVIZ_EVAL_SPLIT``, each defaulting to
-    :data:`OFFLINE_SPLITS` for a local folder (``local=True``) or :data:`DEFAULT_SPLITS` for the hub.
-    (``scripts/setup.sh`` exports both variables when it finds the shared offline copy.)"""
-    base = OFFLINE_SPLITS if local else DEFAULT_SPLITS
+    :data:`OFFLINE_SPLITS` for a local folder (``local=True``) or, otherwise, to the splits remembered by
+    ``spanviz prepare-data`` (:func:`remembered_data_source`, whose folder is then the one used) or
+    :data:`DEFAULT_SPLITS` for the hub. (``scripts/setup.sh`` exports both variables when it finds the shared
+    offline copy.)"""
+    remembered = None if local else remembered_data_source()
+    base = OFFLINE_SPLITS if local else (remembered["splits"] if remembered else DEFAULT_SPLITS)
     return {
         "train": os.environ.get(ENV_TRAIN_SPLIT) or base["train"],
         "eval": os.environ.get(ENV_EVAL_SPLIT) or base["eval"],
@@ -113,12 +117,101 @@ _FALSE = {"", "0", "false", "no", "off"}
 
 
 class HubUnavailableError(ConnectionError):
-    """The Hugging Face hub could not be used and no cached copy was found; the message says what to do."""
+    """The Hugging Face hub could not be used and no cached copy was found; the message says what to do.
+
+    Attributes: ``reason`` (why the hub could not be used, one clause).
+    """
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class MissingSplitError(ValueError):
+    """A split is not in a local WikiText-2 folder; the message lists what was looked for and what to do.
+
+    Attributes: ``folder``, ``split``, ``role``, ``available`` (the splits the folder does have).
+    """
+
+    def __init__(self, message: str, folder: Path, split: str, role: str, available: list[str]) -> None:
+        super().__init__(message)
+        self.folder, self.split, self.role, self.available = folder, split, role, available
 
 
 def spanviz_home() -> Path:
     """The folder for spanviz's caches: ``$SPANVIZ_HOME``, default ``~/.cache/spanviz`` (read on each call)."""
     return Path(os.environ.get(ENV_HOME) or "~/.cache/spanviz").expanduser()
+
+
+DATA_SOURCE_FILE = "data-source.json"
+"""The file in ``$SPANVIZ_HOME`` where ``spanviz prepare-data`` remembers a local folder and its splits."""
+
+
+def remember_data_source(data_dir: str | os.PathLike[str], splits: Mapping[str, str]) -> Path:
+    """Remember a local WikiText-2 folder and its role → split mapping for later calls (and commands).
+
+    Afterwards, :func:`load_wikitext2` / :func:`prepare_tokens` without ``data_dir`` and without
+    ``$SPANVIZ_WIKITEXT_DIR`` read this folder, with these splits (:func:`splits_from_env`). ``spanviz
+    prepare-data --data-dir DIR`` calls it. Stored in ``$SPANVIZ_HOME/data-source.json``.
+
+    Returns:
+        The file written.
+    Raises:
+        ValueError: ``data_dir`` is not a folder, or bad ``splits``.
+        OSError: ``$SPANVIZ_HOME`` cannot be written.
+    """
+    folder = Path(data_dir).expanduser().resolve()
+    if not folder.is_dir():
+        raise ValueError(f"data_dir={str(data_dir)!r} is not a folder")
+    checked = _check_splits(splits)
+    payload = json.dumps({"data_dir": str(folder), "splits": checked}, indent=1).encode("utf-8")
+    return atomic_write(spanviz_home() / DATA_SOURCE_FILE, payload)
+
+
+def resolve_data_source(
+    data_dir: str | os.PathLike[str] | None = None, train_split: str | None = None, eval_split: str | None = None
+) -> tuple[str | None, dict[str, str]]:
+    """Where WikiText-2 comes from and which split plays which role — the one precedence rule of the command line.
+
+    Folder: ``data_dir``, else ``$SPANVIZ_WIKITEXT_DIR``, else the folder remembered by
+    :func:`remember_data_source`, else None (the hub). Each split: the argument, else ``$SPANVIZ_TRAIN_SPLIT`` /
+    ``$SPANVIZ_EVAL_SPLIT``, else the remembered splits when the remembered folder is the one used, else
+    :data:`DEFAULT_SPLITS`.
+
+    Returns:
+        ``(folder or None, {"train": split, "eval": split})`` — nothing is checked or read yet.
+    """
+    folder = str(data_dir) if data_dir is not None else (os.environ.get(ENV_DATA_DIR) or None)
+    base = DEFAULT_SPLITS
+    if folder is None:
+        remembered = remembered_data_source()
+        if remembered is not None:
+            folder, base = remembered["data_dir"], remembered["splits"]
+    splits = {
+        "train": train_split or os.environ.get(ENV_TRAIN_SPLIT) or base["train"],
+        "eval": eval_split or os.environ.get(ENV_EVAL_SPLIT) or base["eval"],
+    }
+    return folder, splits
+
+
+def remembered_data_source() -> dict[str, Any] | None:
+    """``{"data_dir": str, "splits": {role: split}}`` saved by :func:`remember_data_source`, or None.
+
+    A file that is unreadable, malformed, or names a folder that no longer exists is ignored with a warning.
+    """
+    path = spanviz_home() / DATA_SOURCE_FILE
+    if not path.is_file():
+        return None
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        folder = saved["data_dir"]
+        splits = _check_splits(saved["splits"])
+        if not isinstance(folder, str) or not Path(folder).is_dir():
+            raise ValueError(f"{folder!r} is not a folder any more")
+    except Exception as error:  # noqa: BLE001 - any damage means "nothing remembered"
+        logger.warning("ignoring %s (%s); run `spanviz prepare-data --data-dir DIR` to set it again", path, error)
+        return None
+    return {"data_dir": folder, "splits": splits}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -175,7 +268,8 @@ def load_wikitext2(
 
     Where the text comes from, first match wins:
 
-    1. ``data_dir``, else the environment variable ``SPANVIZ_WIKITEXT_DIR``: a local folder. For each
+    1. ``data_dir``, else the environment variable ``SPANVIZ_WIKITEXT_DIR``, else the folder remembered by
+       ``spanviz prepare-data --data-dir`` (:func:`remember_data_source`): a local folder. For each
        split we look (in this order, in the folder and then in its ``<config>/`` subfolder) for
        ``<name>.txt``, ``wiki.<name>.tokens`` (config ``wikitext-2-v1``) or ``wiki.<name>.raw``
        (``wikitext-2-raw-v1``), ``<name>-*.parquet``, ``<name>.parquet``, where ``<name>`` is ``train``,
@@ -267,18 +361,17 @@ def _resolve_offline(offline: bool | None) -> bool:
 
 
 def _resolve_data_dir(data_dir: str | os.PathLike[str] | None) -> Path | None:
-    """The local folder to read, from the argument or ``$SPANVIZ_WIKITEXT_DIR``; None means the hub."""
-    origin = "data_dir"
-    if data_dir is None:
-        data_dir = os.environ.get(ENV_DATA_DIR) or None
-        origin = f"${ENV_DATA_DIR}"
-    if data_dir is None:
+    """The local folder to read (see :func:`resolve_data_source`), checked to be a folder; None means the hub."""
+    folder, _ = resolve_data_source(data_dir)
+    if folder is None:
         return None
-    folder = Path(data_dir).expanduser().resolve()
-    if not folder.is_dir():
-        raise ValueError(f"{origin}={str(data_dir)!r} is not a folder; it must hold WikiText-2 split files "
+    origin = "data_dir" if data_dir is not None else (
+        f"${ENV_DATA_DIR}" if os.environ.get(ENV_DATA_DIR) else f"the folder remembered in {DATA_SOURCE_FILE}")
+    path = Path(folder).expanduser().resolve()
+    if not path.is_dir():
+        raise ValueError(f"{origin}={folder!r} is not a folder; it must hold WikiText-2 split files "
                          f"(e.g. valid.txt, test.txt)")
-    return folder
+    return path
 
 
 # ---- local folders --------------------------------------------------------------------------------
@@ -304,7 +397,7 @@ def _find_split_files(folder: Path, split: str, config: str) -> list[Path]:
     return []
 
 
-def _missing_split_message(folder: Path, split: str, role: str, config: str) -> str:
+def _missing_split_error(folder: Path, split: str, role: str, config: str) -> MissingSplitError:
     looked_for = ", ".join(_split_file_patterns(split, config))
     available = [s for s in SPLITS if _find_split_files(folder, s, config)]
     present = sorted(p.name for p in folder.iterdir())[:20]
@@ -316,14 +409,14 @@ def _missing_split_message(folder: Path, split: str, role: str, config: str) -> 
     if split == "train" and "validation" in available:
         other = "test" if "test" in available else "validation"
         message += (
-            " The train split of WikiText-2 is not in the shared offline copy: train on the validation "
+            " This copy of WikiText-2 has no train split: train on the validation "
             f"split instead, splits={{'train': 'validation', 'eval': '{other}'}} "
             f"(command line: --train-split validation --eval-split {other}), or point data_dir / "
             f"${ENV_DATA_DIR} at a complete copy, or unset it to download from the hub ({HUB_ID})."
         )
     elif config == "wikitext-2-v1" and any(folder.glob("wiki.*.raw")):
         message += " The folder has wiki.*.raw files: did you mean config='wikitext-2-raw-v1'?"
-    return message
+    return MissingSplitError(message, folder, split, role, available)
 
 
 def _load_from_folder(folder: Path, config: str, splits: dict[str, str]) -> Corpus:
@@ -332,7 +425,7 @@ def _load_from_folder(folder: Path, config: str, splits: dict[str, str]) -> Corp
     for role, split in splits.items():
         found = _find_split_files(folder, split, config)
         if not found:
-            raise ValueError(_missing_split_message(folder, split, role, config))
+            raise _missing_split_error(folder, split, role, config)
         files[role] = found
 
     datasets = _import_datasets(offline=False)
@@ -381,15 +474,16 @@ def _probe_hub(timeout: float = HUB_PROBE_TIMEOUT_S) -> str | None:
         return f"{_hub_endpoint()}: {getattr(error, 'reason', error)}"
 
 
-def _hub_help(reason: str) -> str:
-    return (
+def _hub_help(reason: str) -> HubUnavailableError:
+    return HubUnavailableError(
         f"Could not load WikiText-2 from the Hugging Face hub ({HUB_ID}): {reason}. "
         f"Use a local copy instead: pass data_dir=<folder> (command line: --data-dir <folder>) or set "
         f"{ENV_DATA_DIR}=<folder>, where the folder holds valid.txt/test.txt (and train.txt), "
-        f"wiki.*.tokens, or the hub's *.parquet files; a shared offline copy without the train split is at "
-        f"../shared/data/wikitext-2 (train on validation: splits={dict(OFFLINE_SPLITS)!r}, command line "
-        f"--train-split validation --eval-split test). Or, on a machine with internet, run "
-        f"`spanviz prepare-data` once; later runs with {ENV_OFFLINE}=1 use the downloaded copy."
+        f"wiki.*.tokens, or the hub's *.parquet files; for a copy without the train split, train on "
+        f"validation: splits={dict(OFFLINE_SPLITS)!r} (command line: --train-split validation --eval-split "
+        f"test). Or, on a machine with internet, run `spanviz prepare-data` once; later runs with "
+        f"{ENV_OFFLINE}=1 use the downloaded copy.",
+        reason,
     )
 
 
@@ -430,11 +524,11 @@ def _load_from_hub(config: str, splits: dict[str, str], offline: bool) -> Corpus
     if offline and not _datasets_is_offline(datasets):
         # Calling load_dataset now would spend ~25 s retrying the network: fail at once instead.
         why = f"the hub is unreachable ({unreachable})" if unreachable else "offline mode was requested"
-        raise HubUnavailableError(_hub_help(
+        raise _hub_help(
             f"{why}, and the Hugging Face cache cannot be tried because `datasets` was imported before "
             f"offline mode could be switched on (set {ENV_OFFLINE}=1 or HF_HUB_OFFLINE=1 before starting "
             "Python to use a copy downloaded earlier)"
-        ))
+        )
     try:
         dataset = datasets.load_dataset(HUB_ID, config)
     except OSError as error:  # ConnectionError (incl. offline mode), FileNotFoundError (not cached)
@@ -444,7 +538,7 @@ def _load_from_hub(config: str, splits: dict[str, str], offline: bool) -> Corpus
             why = "offline mode is on and WikiText-2 is not in the Hugging Face cache"
         else:
             why = "the download failed"
-        raise HubUnavailableError(_hub_help(f"{why} ({type(error).__name__}: {error})")) from error
+        raise _hub_help(f"{why} ({type(error).__name__}: {error})") from error
     lines = {role: _strip_line_breaks(dataset[split]["text"]) for role, split in splits.items()}
     return Corpus(lines=lines, splits=dict(splits), source=HUB_ID, config=config)
 
@@ -808,8 +902,13 @@ def _write_cache(cache: Path, key: str, data: TokenData) -> None:
         "tokenizer_state": data.tokenizer.to_dict(),
     }
     # The ids first, then the manifest: an entry only counts once its manifest exists.
-    atomic_write(cache / f"{key}.pt", payload)
-    atomic_write(cache / f"{key}.json", json.dumps(manifest).encode("utf-8"))
+    try:
+        atomic_write(cache / f"{key}.pt", payload)
+        atomic_write(cache / f"{key}.json", json.dumps(manifest).encode("utf-8"))
+    except OSError as error:  # a cache that cannot be written costs time later, never the data now
+        logger.warning("could not cache token ids in %s (%s); they will be tokenized again next time",
+                       cache, error.strerror or error)
+        return
     logger.info("cached token ids in %s", cache / f"{key}.pt")
 
 
@@ -829,8 +928,8 @@ def _read_cache(cache: Path, key: str) -> tuple[Tensor, Tensor, Tokenizer] | Non
             if tensor.dtype != torch.long or tensor.ndim != 1 or tensor.numel() != manifest["n_tokens"][role]:
                 raise ValueError(f"{role} ids do not match the manifest")
         fitted = tokenizer_from_dict(manifest["tokenizer_state"])
-    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as error:
-        # json.JSONDecodeError is a ValueError; a missing .pt is an OSError.
+    except Exception as error:  # noqa: BLE001 - whatever makes an entry unreadable (a truncated file, a pickle
+        # weights_only refuses, a wrong type in the manifest), the cure is the same: tokenize again.
         logger.warning("token cache entry %s is unreadable or corrupt (%s); rebuilding it", payload_path, error)
         return None
     return train_ids, eval_ids, fitted
@@ -955,7 +1054,9 @@ def iter_eval_batches(
 
 __all__ = [
     "CONFIGS", "DEFAULT_SPLITS", "HUB_ID", "OFFLINE_SPLITS", "ROLES", "SPLITS", "TOKENIZER_KINDS",
-    "ByteTokenizer", "Corpus", "HubUnavailableError", "TokenData", "Tokenizer", "WordTokenizer",
+    "ByteTokenizer", "Corpus", "HubUnavailableError", "MissingSplitError", "TokenData", "Tokenizer",
+    "WordTokenizer",
     "eval_starts", "get_batch", "iter_eval_batches", "load_wikitext2", "make_tokenizer",
-    "prepare_tokens", "spanviz_home", "tokenizer_from_dict",
+    "prepare_tokens", "remember_data_source", "remembered_data_source", "resolve_data_source", "spanviz_home",
+    "splits_from_env", "tokenizer_from_dict",
 ]

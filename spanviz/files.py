@@ -1,10 +1,26 @@
-"""Small file helpers shared by the token cache, run records, checkpoints and the results store."""
+"""Small file helpers shared by the token cache, run records, checkpoints and the results store.
+
+* :func:`atomic_write` — readers see the old file or the new one, never a partial one;
+* :func:`check_writable_folder` — fail before any work when a folder cannot be written (a file in the way,
+  read-only, a full disk);
+* :func:`folder_lock` — one writer per output folder (a ``filelock`` lock the operating system releases when
+  the process dies, even by ``kill -9``).
+"""
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import filelock
+
+LOCK_NAME = ".spanviz.lock"
+"""The lock file :func:`folder_lock` keeps in a folder."""
 
 
 def atomic_write(path: str | os.PathLike[str], payload: bytes) -> Path:
@@ -26,3 +42,76 @@ def atomic_write(path: str | os.PathLike[str], payload: bytes) -> Path:
         Path(temp_name).unlink(missing_ok=True)
         raise
     return path
+
+
+def _why(error: OSError) -> str:
+    reasons = {errno.EACCES: "permission denied", errno.EPERM: "permission denied", errno.EROFS: "read-only",
+               errno.ENOSPC: "the disk is full", errno.ENOTDIR: "a file is in the way",
+               errno.EEXIST: "a file is in the way", errno.EDQUOT: "over the disk quota"}
+    return reasons.get(error.errno, error.strerror or type(error).__name__)
+
+
+def check_writable_folder(path: str | os.PathLike[str], what: str, *, need_bytes: int = 0) -> Path:
+    """Make sure ``path`` is a folder this process can write, creating it (and its parents) if needed.
+
+    Writes and removes a small probe file, and, with ``need_bytes``, checks that the disk has that much free
+    space (plus 1 MiB).
+
+    Args:
+        path: the folder. what: how to name it in messages, e.g. ``"--out runs/demo"`` or
+            ``"SPANVIZ_HOME=/data/sv"``. need_bytes: free space required [bytes], >= 0.
+    Returns:
+        The folder as a ``Path``.
+    Raises:
+        ValueError: one sentence naming ``what``, the folder and the reason (a file in the way, permission
+            denied, read-only, the disk is full).
+    """
+    folder = Path(path).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{what}: {folder} is a file, not a folder; choose a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle, probe = tempfile.mkstemp(dir=folder, prefix=".spanviz-write-test.")
+        try:
+            os.write(handle, b"spanviz")
+        finally:
+            os.close(handle)
+            Path(probe).unlink(missing_ok=True)
+    except OSError as error:
+        raise ValueError(f"{what}: cannot write to {folder} ({_why(error)}); choose a folder you can write") from None
+    if need_bytes > 0:
+        free = shutil.disk_usage(folder).free
+        if free < need_bytes + 2**20:
+            raise ValueError(f"{what}: {folder} has {free / 2**20:.1f} MiB free but about "
+                             f"{need_bytes / 2**20:.1f} MiB are needed; free some space or choose another folder")
+    return folder
+
+
+class FolderInUseError(ValueError):
+    """Another process holds the lock of an output folder (see :func:`folder_lock`)."""
+
+
+@contextmanager
+def folder_lock(folder: str | os.PathLike[str], what: str) -> Iterator[Path]:
+    """Hold an exclusive lock on ``folder`` (its file :data:`LOCK_NAME`) for the block; never waits.
+
+    The lock is an OS file lock (``filelock``): it is released when the block ends, and by the operating
+    system when the process dies in any way (Ctrl-C, ``kill -9``), so a crashed run never leaves a stale lock.
+
+    Raises:
+        FolderInUseError: another process (or another lock in this process) holds the folder.
+    """
+    folder = Path(folder)
+    lock = filelock.FileLock(folder / LOCK_NAME, timeout=0)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        raise FolderInUseError(f"{what}: {folder} is in use by another spanviz process (it holds "
+                               f"{folder / LOCK_NAME}); wait for it to finish or choose another folder") from None
+    try:
+        yield folder
+    finally:
+        lock.release()
+
+
+__all__ = ["LOCK_NAME", "FolderInUseError", "atomic_write", "check_writable_folder", "folder_lock"]

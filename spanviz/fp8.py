@@ -56,7 +56,7 @@ EXACT_METHODS = ("auto", "cholesky", "householder")
 
 # ------------------------------------------------------------------------------------------ validation
 def _check_fmt(fmt: Any) -> str:
-    if fmt not in FORMATS:
+    if not isinstance(fmt, str) or fmt not in FORMATS:
         raise ValueError(f"fmt must be one of {tuple(FORMATS)}, got {fmt!r}")
     return fmt
 
@@ -636,7 +636,7 @@ class DelayedScaling:
     """
 
     def __init__(self, history_len: int = 1024, margin: float = 0, algo: str = "max", fmt: str = "e4m3") -> None:
-        self.history_len = _check_int("history_len", history_len, 1)
+        self.history_len = _check_int("history_len", history_len, 1, 2**31 - 1)
         self.margin = _check_margin(margin)
         if algo not in DELAYED_ALGOS:
             raise ValueError(f"algo must be one of {DELAYED_ALGOS}, got {algo!r}")
@@ -801,8 +801,8 @@ class FP8Probe:
         self.every = _check_int("every", every, 1)
         self.delta = _check_delta(delta)
         self.margin = _check_margin(margin)
-        strategies = tuple(strategies)
-        bad = [s for s in strategies if s not in STRATEGIES]
+        strategies = tuple(strategies) if isinstance(strategies, (list, tuple)) else (strategies,)
+        bad = [s for s in strategies if not isinstance(s, str) or s not in STRATEGIES]
         if bad or not strategies:
             raise ValueError(f"strategies must be a non-empty subset of {STRATEGIES}, got {strategies!r}")
         self.strategies = strategies

@@ -53,9 +53,9 @@ def _check_int(name: str, value: Any, low: int, high: int | None = None) -> None
 
 @dataclass(frozen=True)
 class GPTConfig:
-    """Architecture of a :class:`TinyGPT`. Validated on construction.
+    """Architecture of a :class:`TinyGPT`. Validated on construction. Units are in brackets.
 
-    Fields (units in brackets):
+    Attributes:
         vocab_size: V [tokens], >= 1.
         context_length: T_max [tokens], the longest sequence the model accepts, >= 1.
         n_layer: number of transformer blocks, >= 1.

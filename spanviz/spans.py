@@ -156,7 +156,7 @@ def _parse_slots(slots: Any) -> tuple[Slot, ...]:
 class SpanConfig:
     """Span / violation gradient scaling setting. Frozen, validated, JSON-ready through :meth:`to_dict`.
 
-    Fields:
+    Attributes:
         alphas: α per order, α0 first. A digit string as in the paper ("1000", "[1110]") or numbers.
             Length max(4, n_slots + 1) (4 for every preset; entries above the last order are unused, e.g.
             α3 for ``qk4``). Finite; negative values are allowed but leave the paper's setting.
@@ -955,7 +955,9 @@ class SpanProbe:
             raise ValueError(f"every must be an integer >= 1, got {every!r}")
         if cfg is not None and not isinstance(cfg, SpanConfig):
             raise ValueError(f"cfg must be a SpanConfig or None, got {type(cfg).__name__}")
-        self.every, self.cfg, self.per_head = every, cfg, bool(per_head)
+        if not isinstance(per_head, bool):
+            raise ValueError(f"per_head must be True or False, got {per_head!r}")
+        self.every, self.cfg, self.per_head = every, cfg, per_head
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready settings (for the run config and the results-store key)."""

@@ -10,13 +10,23 @@ defaulting to ``~/.cache/spanviz``.
 
 Key: sha256 of the canonical JSON (sorted keys, no spaces, ASCII) of the record's whole ``config`` — model,
 train (seed included), data description, probes and any experiment entries (``variant``, ``seed``, ``tags``)
-— with one exception: ``config["data"]["source"]`` (a machine-specific folder, or the hub id) is left out,
+— with two exceptions: ``config["data"]["source"]`` (a machine-specific folder, or the hub id) is left out,
 because the data are identified by their text sha256 and tokenizer settings, and an instructor's local folder
-path must not change the key a student computes.
+path must not change the key a student computes; and ``config["train"]["checkpoint_interval"]`` counts as 0,
+because how often a run was checkpointed does not change its curve.
 
 What is stored: only complete results, status ``"finished"`` and ``"diverged"`` (a divergence is a real
 outcome of that configuration). Stopped and interrupted runs are partial and would replay as if they were
 the result of the configuration, so :meth:`ResultsStore.put` refuses them.
+
+Bad data never takes the store down: a damaged entry (unreadable, not a run record, or a config that does not
+hash to its file name) is skipped with a warning naming the file — by :meth:`ResultsStore.records`,
+:meth:`~ResultsStore.get` (which then answers "not stored", so the run is trained again and the entry
+replaced) and :meth:`~ResultsStore.export` (which never ships one). Archives come from other people, so
+:meth:`ResultsStore.import_report` checks everything before it trusts it: the zip and its manifest, sizes
+(:data:`MAX_RECORD_BYTES` per run, :data:`MAX_ARCHIVE_BYTES` in all), counts (:data:`MAX_RUNS`), JSON nesting
+depth (:data:`MAX_DEPTH`), the record schema and the key of every run; each rejected run is reported, the
+others are imported.
 """
 
 from __future__ import annotations
@@ -25,10 +35,12 @@ import copy
 import hashlib
 import io
 import json
+import logging
 import os
 import re
 import zipfile
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +48,25 @@ from spanviz.data import spanviz_home
 from spanviz.files import atomic_write
 from spanviz.train import RunRecord
 
+logger = logging.getLogger(__name__)
+
 STORABLE = ("finished", "diverged")
 """Statuses :meth:`ResultsStore.put` accepts."""
 EXPORT_FORMAT = "spanviz-runs-1"
 _KEY_RE = re.compile(r"^[0-9a-f]{64}$")
+
+MAX_RUNS = 10_000
+"""Most runs one archive may hold."""
+MAX_RECORD_BYTES = 64 * 2**20
+"""Largest run record accepted from an archive (uncompressed JSON) [bytes]."""
+MAX_ARCHIVE_BYTES = 2 * 2**30
+"""Largest total of uncompressed run records accepted from one archive [bytes]."""
+MAX_MANIFEST_BYTES = 4 * 2**20
+"""Largest manifest accepted [bytes]."""
+MAX_DEPTH = 16
+"""Deepest JSON nesting accepted in a run record (real records nest about 6 deep)."""
+MAX_MESSAGE_CHARS = 10_000
+"""Longest ``message`` accepted in a run record [characters]."""
 
 
 def default_root() -> Path:
@@ -58,11 +85,66 @@ def config_key(config: Mapping[str, Any]) -> str:
     identity = copy.deepcopy(dict(config))
     if isinstance(identity.get("data"), Mapping):
         identity["data"] = {k: v for k, v in identity["data"].items() if k != "source"}
+    if isinstance(identity.get("train"), Mapping) and "checkpoint_interval" in identity["train"]:
+        # How often a run was checkpointed does not change its curve: every cadence gets the key it had
+        # when checkpoints were only written at the end (0), so records stored before stay valid.
+        identity["train"] = {**identity["train"], "checkpoint_interval": 0}
     try:
         text = json.dumps(identity, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
     except (TypeError, ValueError) as error:
         raise ValueError(f"config is not JSON-serialisable: {error}") from error
     return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def check_json_limits(obj: Any, where: str, *, max_depth: int = MAX_DEPTH) -> None:
+    """ValueError unless ``obj`` (parsed JSON) nests at most ``max_depth`` deep. Iterative: any depth is safe."""
+    stack = [(obj, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            if depth > max_depth:
+                raise ValueError(f"{where}: JSON nested deeper than {max_depth} levels")
+            children = value.values() if isinstance(value, dict) else value
+            stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+
+
+def record_from_json(payload: bytes | str, where: str) -> RunRecord:
+    """A :class:`RunRecord` from JSON that may come from anywhere (a store file, an archive).
+
+    Checks, before building anything: the JSON parses (any nesting depth fails cleanly), nests at most
+    :data:`MAX_DEPTH` deep, and the record schema (see :meth:`RunRecord.from_dict`) with a ``message`` of at
+    most :data:`MAX_MESSAGE_CHARS` characters.
+
+    Raises:
+        ValueError: naming ``where`` and what is wrong.
+    """
+    try:
+        obj = json.loads(payload)
+    except RecursionError:
+        raise ValueError(f"{where}: JSON nested too deeply") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{where}: not JSON ({error})") from None
+    check_json_limits(obj, where)
+    if isinstance(obj, dict) and isinstance(obj.get("message"), str) and len(obj["message"]) > MAX_MESSAGE_CHARS:
+        raise ValueError(f"{where}: message has {len(obj['message']):,} characters, more than {MAX_MESSAGE_CHARS:,}")
+    try:
+        return RunRecord.from_dict(obj)
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from None
+
+
+@dataclass
+class ImportReport:
+    """What :meth:`ResultsStore.import_report` did with an archive.
+
+    Attributes:
+        written: keys written into the store. kept: keys already in the store and kept (no ``overwrite``).
+        rejected: ``(entry, reason)`` for each run that failed a check (nothing of it was written).
+    """
+
+    written: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    rejected: list[tuple[str, str]] = field(default_factory=list)
 
 
 class ResultsStore:
@@ -112,27 +194,37 @@ class ResultsStore:
     def get(self, config: Mapping[str, Any]) -> RunRecord | None:
         """The stored record of ``config``, or None when it was never stored.
 
+        A stored file that is damaged or does not belong to its key is logged as a warning (naming the file)
+        and answered with None, so the caller trains again and :meth:`put` replaces the file.
+
         Raises:
-            ValueError: bad ``config`` (see :func:`config_key`), or a stored file that is corrupt or does not
-                belong to its key.
+            ValueError: bad ``config`` (see :func:`config_key`).
         """
         key = config_key(config)
-        path = self.path(key)
-        if not path.is_file():
+        if not self.path(key).is_file():
             return None
-        return self.load(key)
+        try:
+            return self.load(key)
+        except ValueError as error:
+            logger.warning("results store: skipping a damaged entry (%s); the run will be trained again", error)
+            return None
 
     def load(self, key: str) -> RunRecord:
         """The record stored under ``key``.
 
         Raises:
             KeyError: nothing stored under ``key``.
-            ValueError: malformed key, or a stored file that is corrupt or does not match its key.
+            ValueError: malformed key, or a stored file that is unreadable, not a run record, or does not match
+                its key (the message names the file).
         """
         path = self.path(key)
         if not path.is_file():
             raise KeyError(key)
-        record = RunRecord.load(path)
+        try:
+            payload = path.read_bytes()
+        except OSError as error:
+            raise ValueError(f"{path} cannot be read ({error.strerror or error})") from None
+        record = record_from_json(payload, str(path))
         if config_key(record.config) != key:
             raise ValueError(f"{path} holds a record whose config does not hash to its file name; remove the file")
         return record
@@ -143,6 +235,7 @@ class ResultsStore:
         Raises:
             ValueError: not a RunRecord, status not in :data:`STORABLE`, or not JSON-serialisable (then
                 nothing is written and an older file of the same key is left as it was).
+            OSError: the store folder cannot be written.
         """
         if not isinstance(record, RunRecord):
             raise ValueError(f"record must be a RunRecord, got {type(record).__name__}")
@@ -154,74 +247,172 @@ class ResultsStore:
         return key
 
     def list(self) -> list[str]:
-        """The stored keys, sorted."""
+        """The keys of the files in the store, sorted (damaged entries included; see :meth:`scan`)."""
         if not self.root.is_dir():
             return []
         return sorted(p.stem for p in self.root.glob("*.json") if _KEY_RE.match(p.stem))
 
-    def records(self) -> Iterable[tuple[str, RunRecord]]:
-        """``(key, record)`` for every stored run, in key order."""
+    def scan(self) -> tuple[dict[str, RunRecord], list[tuple[Path, str]]]:
+        """Read every stored run: ``(records by key, [(file, reason)] of the damaged entries)``, in key order."""
+        good: dict[str, RunRecord] = {}
+        bad: list[tuple[Path, str]] = []
         for key in self.list():
-            yield key, self.load(key)
+            try:
+                good[key] = self.load(key)
+            except (KeyError, ValueError) as error:  # KeyError: removed meanwhile
+                bad.append((self.path(key), str(error)))
+        return good, bad
+
+    def records(self) -> Iterable[tuple[str, RunRecord]]:
+        """``(key, record)`` for every readable stored run, in key order; damaged entries are skipped with a
+        warning naming the file."""
+        good, bad = self.scan()
+        for _, why in bad:
+            logger.warning("results store: skipping a damaged entry: %s", why)
+        yield from good.items()
 
     # --------------------------------------------------------------------------------- export / import
     def export(self, path: str | os.PathLike[str], keys: Iterable[str] | None = None) -> Path:
         """Write runs into one zip file: ``manifest.json`` plus ``runs/<key>.json`` per run. Atomic.
 
+        Every run is read and checked first, so the archive never ships a damaged entry.
+
         Args:
-            path: the zip file to write (e.g. ``"workshop-runs.zip"``).
-            keys: which runs; None = all.
+            path: the zip file to write (e.g. ``"workshop-runs.zip"``); its folder is created.
+            keys: which runs; None = every readable run (damaged entries are skipped with a warning naming
+                the file).
         Returns:
             The path written.
         Raises:
-            ValueError: a key that is not in the store.
+            ValueError: ``path`` is a folder or cannot be written; a requested key that is not in the store or
+                whose entry is damaged.
         """
-        keys = self.list() if keys is None else list(keys)
-        missing = [k for k in keys if not self.path(k).is_file()]
-        if missing:
-            raise ValueError(f"keys not in the store {self.root}: {missing}")
+        path = Path(path)
+        if path.is_dir():
+            raise ValueError(f"{path} is a folder; give the file to write, e.g. {path / 'runs.zip'}")
+        if keys is None:
+            records = dict(self.records())
+        else:
+            keys = list(keys)
+            missing = [k for k in keys if not self.path(k).is_file()]
+            if missing:
+                raise ValueError(f"keys not in the store {self.root}: {missing}")
+            records = {k: self.load(k) for k in keys}
         buffer = io.BytesIO()
         with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-            archive.writestr("manifest.json", json.dumps({"format": EXPORT_FORMAT, "keys": keys}, indent=1))
-            for key in keys:
-                archive.writestr(f"runs/{key}.json", self.path(key).read_bytes())
-        return atomic_write(path, buffer.getvalue())
+            archive.writestr("manifest.json", json.dumps({"format": EXPORT_FORMAT, "keys": list(records)}, indent=1))
+            for key, record in records.items():
+                archive.writestr(f"runs/{key}.json", record.to_json())
+        try:
+            return atomic_write(path, buffer.getvalue())
+        except OSError as error:
+            raise ValueError(f"cannot write {path} ({error.strerror or error})") from None
 
     def import_(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> list[str]:
-        """Add the runs of a zip file written by :meth:`export` to this store.
+        """Add the runs of a zip file written by :meth:`export` to this store; returns the keys written.
 
-        Every run is checked (valid record, storable status, config hashing to its key) before anything is
-        written, so a bad archive imports nothing.
+        Same checks as :meth:`import_report`; each rejected run is logged as a warning.
+
+        Raises:
+            ValueError: not a usable archive at all (see :meth:`import_report`).
+        """
+        report = self.import_report(path, overwrite=overwrite)
+        for entry, why in report.rejected:
+            logger.warning("import %s: rejected %s: %s", path, entry, why)
+        return report.written
+
+    def import_report(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> ImportReport:
+        """Import the runs of an archive written by :meth:`export`, checking everything first.
+
+        The archive as a whole must be a zip with a ``manifest.json`` (at most :data:`MAX_MANIFEST_BYTES`)
+        of format :data:`EXPORT_FORMAT` listing at most :data:`MAX_RUNS` distinct keys, whose run files add up
+        to at most :data:`MAX_ARCHIVE_BYTES` uncompressed. Each run must be a file ``runs/<key>.json`` of at most
+        :data:`MAX_RECORD_BYTES`, pass :func:`record_from_json`, have a storable status and a config that
+        hashes to its key; a run that fails is rejected (reported, not written) and the others are imported.
 
         Args:
             path: the zip file. overwrite: replace runs already in this store (default: keep them).
         Returns:
-            The keys written.
+            An :class:`ImportReport`.
         Raises:
-            ValueError: not an export archive, or a run that fails the checks.
+            ValueError: the file is missing, a folder, not a zip, or its manifest fails the checks above.
         """
+        path = Path(path)
+        if not path.exists():
+            raise ValueError(f"{path}: no such file")
+        if path.is_dir():
+            raise ValueError(f"{path} is a folder, not a runs archive (.zip)")
         try:
             with zipfile.ZipFile(path) as archive:
-                manifest = json.loads(archive.read("manifest.json"))
-                if not isinstance(manifest, dict) or manifest.get("format") != EXPORT_FORMAT:
-                    raise ValueError(f"{path}: manifest format is not {EXPORT_FORMAT!r}")
-                records = {}
-                for key in manifest["keys"]:
-                    self.path(key)  # validates the key's form
-                    record = RunRecord.from_json(archive.read(f"runs/{key}.json"))
-                    if config_key(record.config) != key:
-                        raise ValueError(f"{path}: run {key} has a config that does not hash to its key")
-                    if record.status not in STORABLE:
-                        raise ValueError(f"{path}: run {key} has status {record.status!r}, not one of {STORABLE}")
-                    records[key] = record
-        except (zipfile.BadZipFile, KeyError, json.JSONDecodeError) as error:
-            raise ValueError(f"{path} is not a spanviz runs archive: {error}") from error
-        written = []
+                keys = self._manifest_keys(archive, path)
+                report, records = ImportReport(), {}
+                for key in keys:
+                    try:
+                        records[key] = self._archived_record(archive, key)
+                    except ValueError as error:
+                        report.rejected.append((f"runs/{key}.json", str(error)))
+        except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError) as error:
+            raise ValueError(f"{path} is not a spanviz runs archive ({error})") from None
         for key, record in records.items():
             if overwrite or not self.path(key).is_file():
                 record.save(self.path(key))
-                written.append(key)
-        return written
+                report.written.append(key)
+            else:
+                report.kept.append(key)
+        return report
+
+    @staticmethod
+    def _manifest_keys(archive: zipfile.ZipFile, path: Path) -> list[str]:
+        """The distinct keys of the archive's manifest, after the archive-wide checks."""
+        try:
+            info = archive.getinfo("manifest.json")
+        except KeyError:
+            raise ValueError(f"{path} is not a spanviz runs archive (no manifest.json)") from None
+        if info.file_size > MAX_MANIFEST_BYTES:
+            raise ValueError(f"{path}: manifest.json has {info.file_size:,} bytes, more than {MAX_MANIFEST_BYTES:,}")
+        try:
+            manifest = json.loads(archive.read(info))
+        except (RecursionError, json.JSONDecodeError, UnicodeDecodeError):
+            raise ValueError(f"{path}: manifest.json is not valid JSON") from None
+        if not isinstance(manifest, dict) or manifest.get("format") != EXPORT_FORMAT:
+            raise ValueError(f"{path}: manifest format is not {EXPORT_FORMAT!r}")
+        keys = manifest.get("keys")
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            raise ValueError(f"{path}: manifest 'keys' must be a list of run keys (strings), "
+                             f"got {type(keys).__name__}")
+        if len(keys) > MAX_RUNS:
+            raise ValueError(f"{path}: manifest lists {len(keys):,} runs, more than {MAX_RUNS:,}")
+        keys = list(dict.fromkeys(keys))  # repeated keys count once
+        sizes = {i.filename: i.file_size for i in archive.infolist()}
+        total = sum(sizes.get(f"runs/{k}.json", 0) for k in keys)
+        if total > MAX_ARCHIVE_BYTES:
+            raise ValueError(f"{path}: its runs add up to {total:,} bytes uncompressed, more than "
+                             f"{MAX_ARCHIVE_BYTES:,}")
+        return keys
+
+    @staticmethod
+    def _archived_record(archive: zipfile.ZipFile, key: str) -> RunRecord:
+        """One checked run of an archive (ValueError naming what is wrong)."""
+        if not _KEY_RE.match(key):
+            raise ValueError(f"key {key[:80]!r} is not 64 lowercase hex digits")
+        name = f"runs/{key}.json"
+        try:
+            info = archive.getinfo(name)
+        except KeyError:
+            raise ValueError("listed in the manifest but missing from the archive") from None
+        if info.file_size > MAX_RECORD_BYTES:
+            raise ValueError(f"{info.file_size:,} bytes, more than {MAX_RECORD_BYTES:,}")
+        with archive.open(info) as handle:
+            payload = handle.read(MAX_RECORD_BYTES + 1)
+        if len(payload) > MAX_RECORD_BYTES:
+            raise ValueError(f"more than {MAX_RECORD_BYTES:,} bytes")
+        record = record_from_json(payload, "record")
+        if config_key(record.config) != key:
+            raise ValueError("its config does not hash to its key (tampered or damaged)")
+        if record.status not in STORABLE:
+            raise ValueError(f"status {record.status!r} is not one of {STORABLE} (a partial run)")
+        return record
 
 
-__all__ = ["STORABLE", "ResultsStore", "config_key", "default_root"]
+__all__ = ["STORABLE", "ImportReport", "ResultsStore", "check_json_limits", "config_key", "default_root",
+           "record_from_json"]

@@ -37,7 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
@@ -99,33 +99,44 @@ def _check_device_name(name: str, value: Any) -> str:
     return str(value)
 
 
+def default_warmup_steps(steps: int) -> int:
+    """The warm-up length used when ``TrainConfig.warmup_steps`` is None: 10 % of ``steps``, at most 100."""
+    return min(100, steps // 10)
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """How to train: optimizer, schedule, evaluation, precision, checkpoints, seed. Validated on construction.
 
-    Fields (units in brackets):
+    The command line (``spanviz train``) is generated from these fields: their defaults, types and the
+    descriptions below are its flags' defaults, types and help. Units are in brackets.
+
+    Attributes:
         steps: optimizer updates in the run, >= 1.
-        batch_size: B [sequences per update], >= 1. Sequences have the model's ``context_length`` T tokens.
+        batch_size: B [sequences per update], >= 1; each sequence has the model's context_length tokens.
         lr: peak learning rate, > 0.
-        warmup_steps: linear warm-up length [updates], 0 <= warmup_steps <= steps.
-        min_lr_ratio: the cosine decay ends at ``lr * min_lr_ratio`` on the last step; in [0, 1].
+        warmup_steps: linear warm-up length [updates], 0 <= warmup_steps <= steps; None = 10 % of steps,
+            at most 100 (stored as the number it resolves to).
+        min_lr_ratio: the cosine decay ends at lr * min_lr_ratio on the last update; in [0, 1]
+            (1 = constant learning rate after the warm-up).
         weight_decay: AdamW decoupled weight decay, >= 0, applied to parameters with >= 2 dimensions only
             (linear weights and the embedding matrices, tied with the output layer); biases and norm gains
             are not decayed.
-        grad_clip: clip the global gradient L2 norm to this value; ``None`` or 0 = off (stored as None).
-        beta1, beta2: AdamW moment coefficients, in [0, 1).
+        grad_clip: clip the global gradient L2 norm to this value; None or 0 = off (stored as None).
+        beta1: AdamW first-moment coefficient, in [0, 1).
+        beta2: AdamW second-moment coefficient, in [0, 1).
         eval_interval: evaluate after updates s with s % eval_interval == 0 (so also after the first one)
             and after the last update; >= 1.
         eval_iters: number of fixed evaluation batches (B windows each, evenly spaced over the eval split), >= 1.
         seed: one seed for weights, batches and dropout; integer in [0, 2**63 - 1].
-        device: "auto" (cuda, then mps, then cpu), "cpu", "cuda", "cuda:<index>" or "mps".
-        dtype: "float32", or "bfloat16" for bf16 autocast of the forward passes. bf16 autocast is CUDA only:
-            it raises ``ValueError`` on any other device (here when ``device`` names one, at ``Trainer``
-            construction for "auto") rather than silently training in another precision than recorded.
-        checkpoint_interval: with an ``out_dir``, write ``checkpoint.pt`` (and ``run.json``) every this many
-            updates; 0 = only when the run ends (finished, stopped or interrupted). >= 0.
+        device: auto (cuda, then mps, then cpu), cpu, cuda, cuda:<index> or mps.
+        dtype: float32, or bfloat16 for bf16 autocast of the forward passes (CUDA only: any other device is
+            refused rather than silently training in another precision than recorded).
+        checkpoint_interval: with an output folder, write checkpoint.pt and run.json every this many
+            updates; None = after every evaluation; 0 = only when the run ends. >= 0. The cadence never
+            changes the loss curve (it is not part of the results-store key).
         lr_spike_factor: multiply the learning rate by this factor (>= 1; 1.0 = off) for the updates
-            ``lr_spike_start <= s < lr_spike_start + lr_spike_steps`` — a controlled transient for the FP8
+            lr_spike_start <= s < lr_spike_start + lr_spike_steps, a controlled transient for the FP8
             scaling experiments (arXiv 2602.18851, "transient scenarios").
         lr_spike_start: first update of the spike, >= 0 (< steps when the spike is on).
         lr_spike_steps: spike length [updates], >= 0 (>= 1 when the spike is on).
@@ -134,21 +145,21 @@ class TrainConfig:
         ValueError: naming the field, the value and what is allowed.
     """
 
-    steps: int = 1000
+    steps: int = 300
     batch_size: int = 16
-    lr: float = 1e-3
-    warmup_steps: int = 100
+    lr: float = 3e-3
+    warmup_steps: int | None = None
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.1
     grad_clip: float | None = 1.0
     beta1: float = 0.9
     beta2: float = 0.95
-    eval_interval: int = 100
-    eval_iters: int = 20
+    eval_interval: int = 50
+    eval_iters: int = 10
     seed: int = 0
     device: str = "auto"
     dtype: str = "float32"
-    checkpoint_interval: int = 0
+    checkpoint_interval: int | None = None
     lr_spike_factor: float = 1.0
     lr_spike_start: int = 0
     lr_spike_steps: int = 0
@@ -160,7 +171,8 @@ class TrainConfig:
         put("steps", _check_int("steps", self.steps, 1))
         put("batch_size", _check_int("batch_size", self.batch_size, 1))
         put("lr", _check_float("lr", self.lr, 0.0, low_open=True))
-        put("warmup_steps", _check_int("warmup_steps", self.warmup_steps, 0, self.steps))
+        warmup = default_warmup_steps(self.steps) if self.warmup_steps is None else self.warmup_steps
+        put("warmup_steps", _check_int("warmup_steps", warmup, 0, self.steps))
         put("min_lr_ratio", _check_float("min_lr_ratio", self.min_lr_ratio, 0.0, 1.0))
         put("weight_decay", _check_float("weight_decay", self.weight_decay, 0.0))
         if self.grad_clip is not None:
@@ -177,7 +189,8 @@ class TrainConfig:
         if self.dtype == "bfloat16" and self.device != "auto" and torch.device(self.device).type != "cuda":
             raise ValueError(f"dtype='bfloat16' needs a CUDA device (bf16 autocast is CUDA only), "
                              f"got device={self.device!r}; use dtype='float32'")
-        put("checkpoint_interval", _check_int("checkpoint_interval", self.checkpoint_interval, 0))
+        if self.checkpoint_interval is not None:
+            put("checkpoint_interval", _check_int("checkpoint_interval", self.checkpoint_interval, 0))
         put("lr_spike_factor", _check_float("lr_spike_factor", self.lr_spike_factor, 1.0))
         put("lr_spike_start", _check_int("lr_spike_start", self.lr_spike_start, 0))
         put("lr_spike_steps", _check_int("lr_spike_steps", self.lr_spike_steps, 0))
@@ -188,6 +201,12 @@ class TrainConfig:
             if self.lr_spike_steps < 1:
                 raise ValueError(f"lr_spike_steps must be >= 1 when the spike is on "
                                  f"(lr_spike_factor={self.lr_spike_factor}), got {self.lr_spike_steps}")
+
+    def checkpoint_due(self, step_count: int, evaluated: bool) -> bool:
+        """Whether a checkpoint is due after ``step_count`` updates (``evaluated``: this update was evaluated)."""
+        if self.checkpoint_interval is None:
+            return evaluated
+        return self.checkpoint_interval > 0 and step_count % self.checkpoint_interval == 0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict of all fields."""
@@ -248,14 +267,110 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     dev = torch.device(_check_device_name("device", str(device)))
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"device={str(device)!r} but CUDA is not available here; use device='auto' or 'cpu'")
+            raise ValueError(f"device={str(device)!r} but CUDA is not available here; "
+                             "use device='auto' or device='cpu'")
         index = torch.cuda.current_device() if dev.index is None else dev.index
         if index >= torch.cuda.device_count():
             raise ValueError(f"device={str(device)!r} but only {torch.cuda.device_count()} CUDA device(s) exist")
         return torch.device("cuda", index)
     if dev.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"device={str(device)!r} but MPS is not available here; use device='auto' or 'cpu'")
+        raise ValueError(f"device={str(device)!r} but MPS is not available here; use device='auto' or device='cpu'")
     return dev
+
+
+def count_parameters(cfg: GPTConfig) -> int:
+    """Number of parameters of ``TinyGPT(cfg)`` (tied embedding counted once), computed without building it.
+
+    Equals ``TinyGPT(cfg).num_params()`` (tested); cheap for any size, so absurd configurations can be
+    refused before anything is allocated.
+    """
+    d, H, V, T, L = cfg.d_model, cfg.n_head, cfg.vocab_size, cfg.context_length, cfg.n_layer
+    dh, bias = cfg.d_head, int(cfg.bias)
+    norm = d * (1 + bias)  # LayerNorm gain (+ bias)
+    if cfg.qk_rank is None:
+        query = d * d + bias * d
+    else:
+        query = d * H * cfg.qk_rank + H * cfg.qk_rank * dh + bias * H * dh
+    attention = query + 3 * (d * d + bias * d) + (2 * dh if cfg.qk_norm else 0)
+    mlp = d * 4 * d + bias * 4 * d + 4 * d * d + bias * d
+    return V * d + T * d + L * (2 * norm + attention + mlp) + norm
+
+
+def estimate_memory(model_cfg: GPTConfig, train_cfg: TrainConfig) -> int:
+    """A rough lower bound of the memory one training run needs [bytes].
+
+    fp32 parameters, gradients and the two AdamW moments (16 bytes per parameter), the activations kept for
+    one backward pass (per layer and token about 16·d_model values and 2·n_head·T attention scores, and three
+    B·T·vocab_size logit tensors), and the fixed evaluation batches (eval_iters·B windows of T + 1 int64 ids,
+    kept as x and y). Real use is higher (allocator slack, temporaries), so a run refused by
+    :func:`check_memory` certainly does not fit.
+    """
+    B, T = train_cfg.batch_size, model_cfg.context_length
+    per_token = model_cfg.n_layer * (16 * model_cfg.d_model + 2 * model_cfg.n_head * T) + 3 * model_cfg.vocab_size
+    eval_batches = 2 * 8 * train_cfg.eval_iters * B * (T + 1)
+    return 16 * count_parameters(model_cfg) + 4 * B * T * per_token + eval_batches
+
+
+def available_memory(device: torch.device) -> int | None:
+    """Free memory on ``device`` [bytes]: CUDA's free memory, else the system's available RAM; None if unknown."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover - psutil is a dependency
+        return None
+    return int(psutil.virtual_memory().available)
+
+
+def check_memory(model_cfg: GPTConfig, train_cfg: TrainConfig, device: torch.device) -> int:
+    """Refuse a configuration whose :func:`estimate_memory` exceeds the free memory of ``device``.
+
+    Returns:
+        The estimate [bytes].
+    Raises:
+        ValueError: naming the size fields, the estimate and what is free.
+    """
+    need = estimate_memory(model_cfg, train_cfg)
+    free = available_memory(device)
+    if free is not None and need > free:
+        sizes = ", ".join(f"{name}={value}" for name, value in (
+            ("n_layer", model_cfg.n_layer), ("d_model", model_cfg.d_model), ("n_head", model_cfg.n_head),
+            ("context_length", model_cfg.context_length), ("vocab_size", model_cfg.vocab_size),
+            ("batch_size", train_cfg.batch_size), ("eval_iters", train_cfg.eval_iters)))
+        raise ValueError(f"this configuration needs at least {need / 2**30:,.1f} GiB to train ({sizes}; "
+                         f"{count_parameters(model_cfg):,} parameters) but {device} has {free / 2**30:,.1f} GiB "
+                         "free; make n_layer, d_model, context_length, batch_size or eval_iters smaller")
+    return need
+
+
+def check_runnable(model_cfg: GPTConfig, train_cfg: TrainConfig) -> torch.device:
+    """Every check of a run that needs this machine, before anything is built or loaded.
+
+    The device exists here; bf16 autocast has CUDA; FlexAttention (``attn_backend="flex"``) has CUDA and no
+    dropout; the run fits in memory (:func:`check_memory`). Cheap: builds nothing.
+
+    Returns:
+        The resolved device.
+    Raises:
+        ValueError: naming the field, the value and what is allowed.
+    """
+    if not isinstance(model_cfg, GPTConfig):
+        raise ValueError(f"model_cfg must be a GPTConfig, got {type(model_cfg).__name__}")
+    if not isinstance(train_cfg, TrainConfig):
+        raise ValueError(f"train_cfg must be a TrainConfig, got {type(train_cfg).__name__}")
+    device = resolve_device(train_cfg.device)
+    if train_cfg.dtype == "bfloat16" and device.type != "cuda":
+        raise ValueError(f"dtype='bfloat16' needs CUDA (bf16 autocast is CUDA only) but device "
+                         f"{train_cfg.device!r} resolved to {device}; use dtype='float32'")
+    if model_cfg.attn_backend == "flex":
+        if device.type != "cuda":
+            raise ValueError(f"attn_backend='flex' needs CUDA (FlexAttention has no CPU backward) but device "
+                             f"{train_cfg.device!r} resolved to {device}; use attn_backend='auto'")
+        if model_cfg.dropout > 0:
+            raise ValueError(f"attn_backend='flex' does not support dropout, got dropout={model_cfg.dropout}; "
+                             "use dropout=0 or attn_backend='auto'")
+    check_memory(model_cfg, train_cfg, device)
+    return device
 
 
 # ================================================================================================ probes
@@ -435,17 +550,33 @@ class RunRecord:
         """Inverse of :meth:`to_dict` (also accepts the encoded form of :meth:`to_json`).
 
         Raises:
-            ValueError: missing ``config`` / ``history`` / ``status``, or an invalid record.
+            ValueError: not a mapping; ``config`` / ``history`` / ``status`` missing; a part of the wrong type
+                (``config`` and ``environment`` mappings, ``history`` a mapping of string keys to lists,
+                ``status`` one of :data:`STATUSES`, ``message`` a string); history lists of unequal lengths.
         """
+        if not isinstance(d, Mapping):
+            raise ValueError(f"not a spanviz run record: a JSON object was expected, got {type(d).__name__}")
         missing = [k for k in ("config", "history", "status") if k not in d]
         if missing:
             raise ValueError(f"not a spanviz run record: missing {missing}")
+        config, environment, history = d["config"], d.get("environment") or {}, d["history"]
+        message = d.get("message", "")
+        for name, value, kind, want in (("config", config, Mapping, "an object"),
+                                        ("environment", environment, Mapping, "an object"),
+                                        ("history", history, Mapping, "an object of lists"),
+                                        ("status", d["status"], str, "a string"),
+                                        ("message", message, str, "a string")):
+            if not isinstance(value, kind):
+                raise ValueError(f"not a spanviz run record: {name} must be {want}, got {type(value).__name__}")
+        bad = [k for k, v in history.items() if not isinstance(k, str) or not isinstance(v, list)]
+        if bad:
+            raise ValueError(f"not a spanviz run record: history[{bad[0]!r}] must be a list")
         return cls(
-            config=dict(d["config"]),
-            environment=dict(d.get("environment") or {}),
-            history={k: list(_decode_nonfinite(list(v))) for k, v in d["history"].items()},
+            config=dict(config),
+            environment=dict(environment),
+            history={k: list(_decode_nonfinite(v)) for k, v in history.items()},
             status=d["status"],
-            message=d.get("message", ""),
+            message=message,
         )
 
     def to_json(self) -> str:
@@ -454,8 +585,14 @@ class RunRecord:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> RunRecord:
-        """Inverse of :meth:`to_json`."""
-        return cls.from_dict(json.loads(text))
+        """Inverse of :meth:`to_json`. Raises ``ValueError`` for text that is not a run record."""
+        try:
+            obj = json.loads(text)
+        except RecursionError:
+            raise ValueError("not a spanviz run record: JSON nested too deeply") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise ValueError(f"not a JSON run record: {error}") from None
+        return cls.from_dict(obj)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the record as JSON, atomically (serialised first: on error nothing is written). Returns the path."""
@@ -463,11 +600,17 @@ class RunRecord:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> RunRecord:
-        """Read a record written by :meth:`save`. Raises ``ValueError`` for a file that is not one."""
+        """Read a record written by :meth:`save`.
+
+        Raises:
+            ValueError: the file cannot be read or is not a run record (the message names the file).
+        """
         try:
-            return cls.from_json(Path(path).read_text(encoding="utf-8"))
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path} is not a JSON run record: {error}") from error
+            return cls.from_json(Path(path).read_bytes())
+        except OSError as error:
+            raise ValueError(f"{path} cannot be read: {error.strerror or error}") from None
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from None
 
 
 def run_config(
@@ -563,8 +706,10 @@ class Trainer:
         probes: :class:`Probe` objects, run every ``probe.every`` updates.
         callbacks: ``cb(trainer, row)`` called after every update (also the diverged one), after probes and
             checkpoints; may call ``trainer.request_stop()``. Exceptions propagate.
-        out_dir: folder for ``run.json`` and ``checkpoint.pt`` (written at ``checkpoint_interval`` and when
-            the run ends; ``run.json`` also when it diverges); None = keep everything in memory.
+        out_dir: folder for ``run.json`` and ``checkpoint.pt``; None = keep everything in memory. ``run.json``
+            (status "running") is written when training starts, both files at every checkpoint (see
+            ``TrainConfig.checkpoint_interval``: by default after every evaluation) and when the run ends;
+            only ``run.json`` when it diverges, so the last good checkpoint stays on disk.
         extra_config: JSON-able entries added to ``record.config`` (e.g. ``{"variant": "qk4", "seed": 1}``);
             they are part of the results-store key.
 
@@ -577,7 +722,8 @@ class Trainer:
 
     Raises:
         ValueError: bad configs, probes, callbacks or data (e.g. ``model_cfg.vocab_size`` smaller than the
-            data's, ids shorter than T + 1), bf16 without CUDA, an unavailable device — before any compute.
+            data's, ids shorter than T + 1), anything :func:`check_runnable` refuses (an unavailable device,
+            bf16 or FlexAttention without CUDA, a run that does not fit in memory) — before any compute.
 
     Thread safety: only :meth:`request_stop` may be called from another thread while a step runs.
     """
@@ -593,10 +739,7 @@ class Trainer:
         out_dir: str | os.PathLike[str] | None = None,
         extra_config: Mapping[str, Any] | None = None,
     ) -> None:
-        if not isinstance(model_cfg, GPTConfig):
-            raise ValueError(f"model_cfg must be a GPTConfig, got {type(model_cfg).__name__}")
-        if not isinstance(train_cfg, TrainConfig):
-            raise ValueError(f"train_cfg must be a TrainConfig, got {type(train_cfg).__name__}")
+        self.device = check_runnable(model_cfg, train_cfg)
         _check_data(data, model_cfg)
         self.probes = tuple(probes)
         _check_probes(self.probes)
@@ -604,10 +747,6 @@ class Trainer:
         for i, cb in enumerate(self.callbacks):
             if not callable(cb):
                 raise ValueError(f"callbacks[{i}] must be callable as cb(trainer, row), got {cb!r}")
-        self.device = resolve_device(train_cfg.device)
-        if train_cfg.dtype == "bfloat16" and self.device.type != "cuda":
-            raise ValueError(f"dtype='bfloat16' needs CUDA (bf16 autocast is CUDA only) but device "
-                             f"{train_cfg.device!r} resolved to {self.device}; use dtype='float32'")
         self.model_cfg, self.train_cfg, self.data = model_cfg, train_cfg, data
         self.out_dir = Path(out_dir) if out_dir is not None else None
         config = run_config(model_cfg, train_cfg, data, self.probes, extra_config)
@@ -641,6 +780,8 @@ class Trainer:
         self._stop = threading.Event()
         self._in_update = False  # True from the batch draw to the appended row
         self._torn = False  # interrupted inside an update: in-memory state may be half-updated
+        self._announced = False  # run.json written with status "running" by this trainer
+        self.last_checkpoint: int | None = None  # step_count of the checkpoint in out_dir, if any
         logger.info("Trainer: %d parameters on %s, %d steps of %d×%d tokens",
                     self.model.num_params(), self.device, train_cfg.steps, B, T)
 
@@ -713,11 +854,14 @@ class Trainer:
         """Up to ``n`` updates; each followed by callbacks, ``on_row``, and the stop / Ctrl-C checks."""
         if self._torn:
             raise RuntimeError("this trainer was interrupted inside an update, so its state may be half-updated; "
-                               "continue with Trainer.resume(<checkpoint>)")
+                               "continue from its last checkpoint (Trainer.resume)")
         rows: list[dict[str, Any]] = []
         if self.record.status in ("finished", "diverged") or self.step_count >= self.train_cfg.steps:
             return rows
         self.record.status, self.record.message = "running", ""
+        if self.out_dir is not None and not self._announced:
+            self._save_outputs(checkpoint=False)  # a run killed before its first checkpoint still leaves a trace
+            self._announced = True
         with _deferred_sigint() as sigint:
             try:
                 for _ in range(n):
@@ -745,11 +889,13 @@ class Trainer:
         if self._in_update:
             self._torn = True
             self._end("interrupted", f"interrupted inside update {self.step_count}: the in-memory state may be "
-                      "half-updated, so no checkpoint was written; resume from the last one", checkpoint=False)
+                      f"half-updated, so no checkpoint was written.{self._on_disk()}", checkpoint=False)
         elif not self.done:
-            saved = "; checkpoint saved, continue with Trainer.resume" if self.out_dir is not None else ""
             self._end("interrupted", f"interrupted by Ctrl-C after {self.step_count} of {self.train_cfg.steps} "
-                      f"updates{saved}", checkpoint=True)
+                      "updates", checkpoint=True)
+            if self.out_dir is not None:
+                self.record.message += f".{self._on_disk()}"
+                self._save_outputs(checkpoint=False)
 
     def _honour_stop(self) -> bool:
         if not self._stop.is_set():
@@ -828,11 +974,7 @@ class Trainer:
             elif last:
                 best = self.record.best_val_loss
                 self._end("finished", f"finished {cfg.steps} updates; best val loss {best:.4f}", checkpoint=True)
-            elif (
-                self.out_dir is not None
-                and cfg.checkpoint_interval
-                and self.step_count % cfg.checkpoint_interval == 0
-            ):
+            elif self.out_dir is not None and cfg.checkpoint_due(self.step_count, row["val_loss"] is not None):
                 self._save_outputs(checkpoint=True)
         return row
 
@@ -872,8 +1014,16 @@ class Trainer:
         hint = (f"try a lower lr (peak lr={self.train_cfg.lr:g})"
                 + (" or enable gradient clipping (grad_clip=1.0)" if clip is None
                    else f" or a smaller grad_clip (now {clip:g})"))
-        kept = " The last good checkpoint is kept." if self.out_dir is not None else ""
-        self._end("diverged", f"diverged: {what}; {hint}.{kept}", checkpoint=False)
+        self._end("diverged", f"diverged: {what}; {hint}.{self._on_disk()}", checkpoint=False)
+
+    def _on_disk(self) -> str:
+        """What the output folder holds, as a sentence starting with a space (empty without an out_dir)."""
+        if self.out_dir is None:
+            return ""
+        if self.last_checkpoint is None:
+            return f" No checkpoint had been written yet; the history is in {self.out_dir / 'run.json'}."
+        return (f" The last good checkpoint ({self.last_checkpoint} of {self.train_cfg.steps} updates) is "
+                f"{self.out_dir / 'checkpoint.pt'}; the history is in {self.out_dir / 'run.json'}.")
 
     def _end(self, status: str, message: str, *, checkpoint: bool) -> None:
         self.record.status, self.record.message = status, message
@@ -888,11 +1038,16 @@ class Trainer:
             bad = self._nonfinite_parameter()
             if bad is None:
                 self.save_checkpoint(self.out_dir / "checkpoint.pt")
+                self.last_checkpoint = self.step_count
             else:
                 self.record.status = "diverged"
                 self.record.message = (f"diverged: parameter {bad} became non-finite by update {self.step_count}; "
-                                       "the last good checkpoint is kept; try a lower lr or gradient clipping.")
+                                       f"try a lower lr or gradient clipping.{self._on_disk()}")
                 logger.warning("run diverged: %s", self.record.message)
+        if self.record.status == "running":
+            held = ("no checkpoint yet" if self.last_checkpoint is None
+                    else f"checkpoint.pt holds {self.last_checkpoint} updates")
+            self.record.message = f"{self.step_count} of {self.train_cfg.steps} updates done; {held}"
         self.record.save(self.out_dir / "run.json")
 
     def _nonfinite_parameter(self) -> str | None:
@@ -939,12 +1094,13 @@ class Trainer:
     @classmethod
     def resume(
         cls,
-        path: str | os.PathLike[str],
+        path: str | os.PathLike[str] | Checkpoint,
         data: Any,
         *,
         probes: Sequence[Probe] = (),
         callbacks: Sequence[Callable[[Trainer, dict[str, Any]], None]] = (),
         out_dir: str | os.PathLike[str] | None = None,
+        steps: int | None = None,
     ) -> Trainer:
         """Continue a run from a checkpoint written by :meth:`save_checkpoint`.
 
@@ -954,44 +1110,64 @@ class Trainer:
         (or stays "finished").
 
         Args:
-            path: the checkpoint. data: the same token data as the original run (a different ``describe()``
-                is logged as a warning: the curve will not match). probes, callbacks, out_dir: as in
-                :class:`Trainer` (pass the same probes to keep the same history columns).
+            path: the checkpoint file, or a :class:`Checkpoint` from :func:`load_checkpoint`.
+            data: the same token data as the original run (a different ``describe()`` is logged as a warning:
+                the curve will not match). probes, callbacks, out_dir: as in :class:`Trainer` (pass the same
+                probes to keep the same history columns).
+            steps: a new total number of updates, >= the updates already done (None = the saved total). A
+                larger total extends the run, also a finished one: the updates still to do follow the
+                learning-rate schedule of the new total (:func:`lr_at` decays over ``steps``), so the
+                extension equals the tail of an uninterrupted run of the new length exactly when the
+                schedule does not depend on the total (``min_lr_ratio=1``). ``config["extended_from_steps"]``
+                lists the totals the run had before each extension (so the results store keeps an extended
+                run apart from a fresh one).
         Raises:
-            ValueError: not a spanviz checkpoint, or configs / data that do not fit (see :class:`Trainer`).
+            ValueError: a damaged or foreign checkpoint (:class:`CheckpointError`, naming the file), a
+                ``steps`` below the updates done, or configs / data that do not fit (see :class:`Trainer`).
         """
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(f"{path} is not a spanviz checkpoint (format {CHECKPOINT_FORMAT!r})")
-        saved = RunRecord.from_json(state["record"])
+        ckpt = path if isinstance(path, Checkpoint) else load_checkpoint(path)
+        saved, train_cfg = ckpt.record, ckpt.train_cfg
         extra = {k: v for k, v in saved.config.items() if k not in CONFIG_KEYS}
-        trainer = cls(
-            GPTConfig.from_dict(json.loads(state["model_config"])),
-            TrainConfig.from_dict(json.loads(state["train_config"])),
-            data, probes=probes, callbacks=callbacks, out_dir=out_dir, extra_config=extra,
-        )
+        if steps is not None and steps != train_cfg.steps:
+            steps = _check_int("steps", steps, 1)
+            if steps < ckpt.step:
+                raise ValueError(f"steps={steps} is below the {ckpt.step} updates the checkpoint {ckpt.path} "
+                                 "already holds; give at least that many")
+            extra["extended_from_steps"] = [*extra.get("extended_from_steps", []), train_cfg.steps]
+            train_cfg = replace(train_cfg, steps=steps)
+        trainer = cls(ckpt.model_cfg, train_cfg, data, probes=probes, callbacks=callbacks, out_dir=out_dir,
+                      extra_config=extra)
         for part in ("data", "probes"):
             if saved.config.get(part) != trainer.record.config[part]:
                 logger.warning("resume: %s differs from the checkpoint's (%s vs %s); the continued curve will "
                                "not match the original run", part, trainer.record.config[part], saved.config.get(part))
-        trainer.model.load_state_dict(state["model"])
-        trainer.optimizer.load_state_dict(state["optimizer"])
-        trainer.step_count = int(state["step"])
+        state = ckpt.state
+        try:
+            trainer.model.load_state_dict(state["model"])
+            trainer.optimizer.load_state_dict(state["optimizer"])
+            trainer._rng["cpu"] = state["rng"]["torch"]
+            if "cuda" in trainer._rng:
+                if "cuda" in state["rng"]:
+                    trainer._rng["cuda"] = state["rng"]["cuda"]
+                else:
+                    logger.warning("resume: the checkpoint has no CUDA RNG state; dropout will differ from the "
+                                   "original")
+            trainer._batch_gen.set_state(state["rng"]["batch"])
+            probe_states = json.loads(state.get("probes", "{}"))
+            for probe in trainer.probes:
+                if probe.name in probe_states and callable(getattr(probe, "load_state_dict", None)):
+                    probe.load_state_dict(probe_states[probe.name])
+        except (RuntimeError, ValueError, TypeError, KeyError) as error:
+            raise CheckpointError(f"{ckpt.path} is damaged: its state does not fit its own configuration "
+                                  f"({_first_line(error)})") from None
+        trainer.step_count = ckpt.step
         trainer.history.clear()
         trainer.history.update(saved.history)  # same dict object as trainer.record.history
-        trainer.record.status = "finished" if saved.status == "finished" else "running"
-        trainer.record.environment["resumed_from"] = str(path)
-        trainer._rng["cpu"] = state["rng"]["torch"]
-        if "cuda" in trainer._rng:
-            if "cuda" in state["rng"]:
-                trainer._rng["cuda"] = state["rng"]["cuda"]
-            else:
-                logger.warning("resume: the checkpoint has no CUDA RNG state; dropout will differ from the original")
-        trainer._batch_gen.set_state(state["rng"]["batch"])
-        probe_states = json.loads(state.get("probes", "{}"))
-        for probe in trainer.probes:
-            if probe.name in probe_states and callable(getattr(probe, "load_state_dict", None)):
-                probe.load_state_dict(probe_states[probe.name])
+        done = saved.status == "finished" and ckpt.step >= train_cfg.steps
+        trainer.record.status = "finished" if done else "running"
+        trainer.record.environment["resumed_from"] = str(ckpt.path)
+        if trainer.out_dir is not None and Path(ckpt.path).resolve() == (trainer.out_dir / "checkpoint.pt").resolve():
+            trainer.last_checkpoint = ckpt.step
         return trainer
 
     # ------------------------------------------------------------------------------------- evaluation
@@ -1016,6 +1192,78 @@ class Trainer:
             self.model.train(was_training)
 
 
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be used: missing, damaged, or not a spanviz checkpoint (names the file)."""
+
+
+CHECKPOINT_KEYS = ("format", "model_config", "train_config", "record", "step", "model", "optimizer", "rng")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint file read and checked by :func:`load_checkpoint`; nothing is built from it yet.
+
+    Attributes:
+        path: the file. model_cfg, train_cfg: the run's configs. record: its run record (history up to
+        ``step``). step: updates done. state: the raw contents (``model`` and ``optimizer`` state dicts,
+        ``rng``, ``probes``; see :meth:`Trainer.save_checkpoint`).
+    """
+
+    path: Path
+    model_cfg: GPTConfig
+    train_cfg: TrainConfig
+    record: RunRecord
+    step: int
+    state: dict[str, Any]
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0][:200]}" if text else type(error).__name__
+
+
+def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
+    """Read and check a checkpoint written by :meth:`Trainer.save_checkpoint` (``weights_only=True``).
+
+    Cheap (the file of a tiny GPT is small) and builds nothing, so a command can check a checkpoint before it
+    loads any data.
+
+    Raises:
+        CheckpointError: one sentence naming the file and what is wrong: missing, empty, unreadable
+            (truncated, random bytes, a pickle ``weights_only`` refuses), not a spanviz checkpoint, or an entry
+            missing or of the wrong type.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no checkpoint there" + (" (it is a folder)" if path.is_dir() else ""))
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"{path} is empty (a damaged checkpoint)")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # noqa: BLE001 - torch.load raises many types for damaged files; all mean "unreadable"
+        raise CheckpointError(f"{path} is damaged or not a checkpoint; torch.load says {_first_line(error)}") from None
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{path} is not a spanviz checkpoint (format {CHECKPOINT_FORMAT!r})")
+    missing = [k for k in CHECKPOINT_KEYS if k not in state]
+    if missing:
+        raise CheckpointError(f"{path} is damaged: entries {missing} are missing")
+    try:
+        model_cfg = GPTConfig.from_dict(json.loads(state["model_config"]))
+        train_cfg = TrainConfig.from_dict(json.loads(state["train_config"]))
+        record = RunRecord.from_json(state["record"])
+        step = state["step"]
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= train_cfg.steps:
+            raise ValueError(f"step must be an integer in [0, {train_cfg.steps}], got {step!r}")
+        if len(record.history.get("step", [])) < step:
+            raise ValueError(f"its history has fewer rows than its {step} updates")
+        for key in ("model", "optimizer", "rng"):
+            if not isinstance(state[key], dict):
+                raise ValueError(f"{key!r} must be a dict, got {type(state[key]).__name__}")
+    except (ValueError, TypeError) as error:
+        raise CheckpointError(f"{path} is damaged: {_first_line(error)}") from None
+    return Checkpoint(path, model_cfg, train_cfg, record, step, state)
+
+
 def _check_data(data: Any, model_cfg: GPTConfig) -> None:
     """ValueError unless ``data`` looks like a TokenData that fits ``model_cfg``."""
     missing = [a for a in ("train_ids", "eval_ids", "vocab_size", "describe") if not hasattr(data, a)]
@@ -1035,6 +1283,8 @@ def _check_data(data: Any, model_cfg: GPTConfig) -> None:
 
 
 __all__ = [
-    "CORE_KEYS", "DTYPES", "STATUSES", "Probe", "RunRecord", "TrainConfig", "Trainer", "atomic_write",
-    "describe_probe", "environment", "lr_at", "resolve_device", "run_config", "to_json_text",
+    "CORE_KEYS", "DTYPES", "STATUSES", "Checkpoint", "CheckpointError", "Probe", "RunRecord", "TrainConfig",
+    "Trainer", "atomic_write", "check_memory", "check_runnable", "count_parameters", "default_warmup_steps",
+    "describe_probe", "environment", "estimate_memory", "load_checkpoint", "lr_at", "resolve_device", "run_config",
+    "to_json_text",
 ]

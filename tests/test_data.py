@@ -437,3 +437,55 @@ def test_get_batch_rejects_bad_arguments(kwargs, field):
 def test_spanviz_home_default(monkeypatch):
     monkeypatch.delenv("SPANVIZ_HOME")
     assert data.spanviz_home() == Path("~/.cache/spanviz").expanduser()
+
+
+def test_a_poisoned_token_cache_is_rebuilt(wikitext_dir, tmp_path, caplog):
+    """A payload ``weights_only`` refuses, with the manifest's hash updated to match, is rebuilt, not fatal."""
+    import hashlib
+    import pickle
+
+    cache = tmp_path / "tokens"
+    original = prepare_tokens(wikitext_dir, splits=OFFLINE, cache_dir=cache, max_vocab=500)
+    ids_file, manifest_file = cache / f"{original.cache_key}.pt", cache / f"{original.cache_key}.json"
+    poison = pickle.dumps(subprocess.Popen)  # unpickling would import and reference arbitrary code
+    ids_file.write_bytes(poison)
+    manifest = json.loads(manifest_file.read_text())
+    manifest["payload_sha256"] = hashlib.sha256(poison).hexdigest()
+    manifest_file.write_text(json.dumps(manifest))
+    with caplog.at_level(logging.WARNING, logger="spanviz.data"):
+        rebuilt = prepare_tokens(wikitext_dir, splits=OFFLINE, cache_dir=cache, max_vocab=500)
+    assert not rebuilt.from_cache and "rebuilding" in caplog.text
+    assert torch.equal(rebuilt.train_ids, original.train_ids)
+    assert prepare_tokens(wikitext_dir, splits=OFFLINE, cache_dir=cache, max_vocab=500).from_cache
+
+
+def test_an_unwritable_token_cache_costs_time_not_the_data(wikitext_dir, tmp_path, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")  # the cache folder cannot be created under a file
+    with caplog.at_level(logging.WARNING, logger="spanviz.data"):
+        got = prepare_tokens(wikitext_dir, splits=OFFLINE, cache_dir=blocker / "tokens", max_vocab=500)
+    assert got.train_ids.numel() == VALID_TOKENS and "could not cache" in caplog.text
+
+
+def test_prepare_data_remembers_a_folder_and_its_splits(wikitext_dir, tmp_path, monkeypatch, caplog):
+    for name in ("SPANVIZ_TRAIN_SPLIT", "SPANVIZ_EVAL_SPLIT"):  # scripts/setup.sh exports them
+        monkeypatch.delenv(name, raising=False)
+    assert data.remembered_data_source() is None
+    assert data.resolve_data_source() == (None, dict(data.DEFAULT_SPLITS))
+    data.remember_data_source(wikitext_dir, OFFLINE)
+    folder, splits = data.resolve_data_source()
+    assert folder == str(wikitext_dir.resolve()) and splits == OFFLINE
+    assert data.splits_from_env(local=False) == OFFLINE  # the notebooks' default follows it too
+    assert load_wikitext2(splits={"eval": "test"}).source == str(wikitext_dir.resolve())
+    # explicit arguments and the environment come first
+    assert data.resolve_data_source(tmp_path, "test", None) == (str(tmp_path), {"train": "test", "eval": "validation"})
+    monkeypatch.setenv("SPANVIZ_WIKITEXT_DIR", str(tmp_path))
+    assert data.resolve_data_source() == (str(tmp_path), dict(data.DEFAULT_SPLITS))
+    monkeypatch.delenv("SPANVIZ_WIKITEXT_DIR")
+    # a damaged or stale file is ignored with a warning
+    (tmp_path / "spanviz-home" / data.DATA_SOURCE_FILE).write_text("{not json")
+    with caplog.at_level(logging.WARNING, logger="spanviz.data"):
+        assert data.remembered_data_source() is None
+    assert "ignoring" in caplog.text
+    with pytest.raises(ValueError, match="not a folder"):
+        data.remember_data_source(tmp_path / "missing", OFFLINE)

@@ -145,13 +145,18 @@ def test_failed_serialisation_leaves_no_partial_file_and_keeps_the_old_one(tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{key}.json"]
 
 
-def test_a_file_that_does_not_match_its_key_is_reported(tmp_path):
+def test_a_file_that_does_not_match_its_key_is_reported(tmp_path, caplog):
     store = ResultsStore(tmp_path)
     key = store.put(make_record())
     other = make_record(seed=5)
     (tmp_path / f"{key}.json").write_text(other.to_json())  # hand-edited / renamed file
     with pytest.raises(ValueError, match="does not hash"):
-        store.get(make_record().config)
+        store.load(key)
+    with caplog.at_level("WARNING", logger="spanviz.store"):
+        assert store.get(make_record().config) is None  # replay goes on: the run is trained again
+    assert key in caplog.text and "does not hash" in caplog.text
+    store.put(make_record())  # ... and its result replaces the bad file
+    assert store.get(make_record().config).config == make_record().config
     with pytest.raises(KeyError):
         store.load("0" * 64)
     with pytest.raises(ValueError, match="64"):
@@ -188,30 +193,135 @@ def test_export_import_round_trip_into_a_fresh_root(tmp_path):
         instructor.export(tmp_path / "x.zip", keys=["f" * 64])
 
 
-def test_import_rejects_tampered_or_foreign_archives(tmp_path):
+def test_import_rejects_tampered_or_partial_runs_and_imports_the_rest(tmp_path):
     source = ResultsStore(tmp_path / "a")
     key = source.put(make_record())
-    tampered = tmp_path / "tampered.zip"
-    with zipfile.ZipFile(tampered, "w") as z:
-        z.writestr("manifest.json", json.dumps({"format": "spanviz-runs-1", "keys": [key]}))
-        z.writestr(f"runs/{key}.json", make_record(seed=9).to_json())  # config does not hash to key
-    target = ResultsStore(tmp_path / "b")
-    with pytest.raises(ValueError, match="does not hash"):
-        target.import_(tampered)
-    assert target.list() == []
-
-    partial = tmp_path / "partial.zip"
     stopped = make_record(status="stopped", seed=4)
-    with zipfile.ZipFile(partial, "w") as z:
-        k = config_key(stopped.config)
-        z.writestr("manifest.json", json.dumps({"format": "spanviz-runs-1", "keys": [key, k]}))
+    k_stopped = config_key(stopped.config)
+    tampered = make_record(seed=9)  # its config does not hash to the key it is filed under
+    k_tampered = source.put(make_record(seed=8))
+    archive = tmp_path / "mixed.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("manifest.json", json.dumps({"format": "spanviz-runs-1", "keys": [key, k_stopped, k_tampered]}))
         z.writestr(f"runs/{key}.json", source.load(key).to_json())
-        z.writestr(f"runs/{k}.json", stopped.to_json())
-    with pytest.raises(ValueError, match="stopped"):
-        target.import_(partial)
-    assert target.list() == []  # all checked before anything is written
+        z.writestr(f"runs/{k_stopped}.json", stopped.to_json())
+        z.writestr(f"runs/{k_tampered}.json", tampered.to_json())
+    target = ResultsStore(tmp_path / "b")
+    report = target.import_report(archive)
+    assert report.written == [key] and target.list() == [key]
+    reasons = dict(report.rejected)
+    assert "stopped" in reasons[f"runs/{k_stopped}.json"] and "does not hash" in reasons[f"runs/{k_tampered}.json"]
 
     not_zip = tmp_path / "runs.zip"
     Path(not_zip).write_text("hello")
     with pytest.raises(ValueError, match="not a spanviz runs archive"):
         target.import_(not_zip)
+
+
+def _archive(path: Path, manifest, runs: dict[str, bytes | str] | None = None, raw_manifest: bytes | None = None):
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("manifest.json", raw_manifest if raw_manifest is not None else json.dumps(manifest))
+        for name, payload in (runs or {}).items():
+            z.writestr(name, payload)
+    return path
+
+
+def _record_with(**changes) -> tuple[str, str]:
+    """(key, JSON text) of a record whose dict has ``changes`` (the key is the original config's)."""
+    record = make_record()
+    d = json.loads(record.to_json())
+    d.update(changes)
+    return config_key(record.config), json.dumps(d)
+
+
+MALICIOUS_RUNS = {
+    "keys-not-a-list": None,  # manifest-level, below
+    "config-a-list": {"config": [1]},
+    "history-a-string": {"history": "abc"},
+    "history-column-a-number": {"history": {"step": 5}},
+    "status-unknown": {"status": "winning"},
+    "status-a-number": {"status": 7},
+    "message-a-dict": {"message": {"a": 1}},
+    "environment-a-list": {"environment": [1, 2]},
+    "unequal-history": {"history": {"step": [0, 1], "train_loss": [1.0]}},
+    "huge-message": {"message": "x" * 45_000_000},
+}
+
+
+@pytest.mark.parametrize("case", [c for c in MALICIOUS_RUNS if MALICIOUS_RUNS[c] is not None])
+def test_import_rejects_each_bad_run_without_a_traceback(case, tmp_path):
+    good = make_record(seed=3)
+    good_key = config_key(good.config)
+    key, text = _record_with(**MALICIOUS_RUNS[case])
+    archive = _archive(tmp_path / "a.zip", {"format": "spanviz-runs-1", "keys": [key, good_key]},
+                       {f"runs/{key}.json": text, f"runs/{good_key}.json": good.to_json()})
+    assert archive.stat().st_size < 1_000_000  # the 45 MB message compresses to a small file
+    store = ResultsStore(tmp_path / "store")
+    report = store.import_report(archive)
+    assert report.written == [good_key]
+    [(entry, why)] = report.rejected
+    assert entry == f"runs/{key}.json" and why
+
+
+def test_import_survives_deep_nesting_repeated_keys_and_bombs(tmp_path):
+    store = ResultsStore(tmp_path / "store")
+    key = config_key(make_record().config)
+    deep = '{"config": ' + "[" * 100_000 + "]" * 100_000 + ', "history": {}, "status": "finished"}'
+    value: object = 1
+    for _ in range(20):  # 20 levels: parses, but deeper than any real record
+        value = [value]
+    nested = {"config": {"a": value}, "history": {}, "status": "finished"}
+    for name, payload in (("deep", deep), ("nested", json.dumps(nested))):
+        report = store.import_report(_archive(tmp_path / f"{name}.zip", {"format": "spanviz-runs-1", "keys": [key]},
+                                              {f"runs/{key}.json": payload}))
+        assert report.written == [] and "nested" in report.rejected[0][1], name
+    started = __import__("time").perf_counter()
+    many = _archive(tmp_path / "many.zip", {"format": "spanviz-runs-1", "keys": [key] * 200_000})
+    with pytest.raises(ValueError, match="more than"):
+        store.import_report(many)
+    assert __import__("time").perf_counter() - started < 30  # was 210 s: refused by count, not by work
+    for manifest, raw, match in (({"format": "spanviz-runs-1", "keys": 5}, None, "list of run keys"),
+                                 ({"format": "spanviz-runs-1", "keys": [5]}, None, "list of run keys"),
+                                 ({"format": "other", "keys": []}, None, "format"),
+                                 (None, b"[" * 100_000, "not valid JSON"),
+                                 (None, b"\xff\xfe", "not valid JSON")):
+        with pytest.raises(ValueError, match=match):
+            store.import_report(_archive(tmp_path / "m.zip", manifest, raw_manifest=raw))
+    traversal = _archive(tmp_path / "t.zip", {"format": "spanviz-runs-1", "keys": ["../../etc/passwd"]},
+                         {"runs/../../etc/passwd.json": "{}"})
+    report = store.import_report(traversal)
+    assert report.written == [] and "64 lowercase hex" in report.rejected[0][1]
+    missing = _archive(tmp_path / "x.zip", {"format": "spanviz-runs-1", "keys": [key]})
+    assert "missing" in store.import_report(missing).rejected[0][1]
+    for bad in (tmp_path / "nope.zip", tmp_path):
+        with pytest.raises(ValueError, match="no such file|is a folder"):
+            store.import_report(bad)
+    assert store.list() == []
+
+
+def test_a_bad_entry_is_skipped_by_list_export_and_replay(tmp_path, caplog):
+    store = ResultsStore(tmp_path / "store")
+    good = store.put(make_record())
+    bad = store.put(make_record(seed=1))
+    broken = store.put(make_record(seed=2))
+    store.path(bad).write_text('{"config": [1], "history": "abc", "status": "finished"}')
+    store.path(broken).write_bytes(b"\x00garbage")
+    records, damaged = store.scan()
+    assert list(records) == [good] and sorted(p.stem for p, _ in damaged) == sorted([bad, broken])
+    with caplog.at_level("WARNING", logger="spanviz.store"):
+        assert [k for k, _ in store.records()] == [good]
+        assert store.get(make_record(seed=1).config) is None  # replay goes on: retrain
+    assert bad in caplog.text and broken in caplog.text
+    archive = store.export(tmp_path / "out.zip")
+    with zipfile.ZipFile(archive) as z:
+        assert sorted(z.namelist()) == ["manifest.json", f"runs/{good}.json"]  # never a corrupt entry
+    assert ResultsStore(tmp_path / "fresh").import_(archive) == [good]
+    with pytest.raises(ValueError, match="is a folder"):
+        store.export(tmp_path)
+
+
+def test_checkpoint_cadence_does_not_change_the_key():
+    base = make_config()
+    assert config_key({**base, "train": {**base["train"], "checkpoint_interval": None}}) == \
+        config_key({**base, "train": {**base["train"], "checkpoint_interval": 0}}) == \
+        config_key({**base, "train": {**base["train"], "checkpoint_interval": 7}})

@@ -567,3 +567,91 @@ def test_gpt_config_window_required_with_local_heads():
 def test_gpt_config_sizes_must_be_positive(field, value):
     with pytest.raises(ValueError, match=field):
         GPTConfig(**{field: value})
+
+
+# ============================================================================ checkpoints, resume, memory
+def test_checkpoints_at_every_evaluation_by_default_with_run_json_status(data, tmp_path):
+    out = tmp_path / "run"
+    seen = []
+
+    def look(trainer, row):  # what a kill -9 right after this update would leave on disk
+        record = json.loads((out / "run.json").read_text())
+        step = torch.load(out / "checkpoint.pt", weights_only=True)["step"] if (out / "checkpoint.pt").exists() \
+            else None
+        seen.append((row["step"], record["status"], len(record["history"]["step"]), step, record["message"]))
+
+    trainer = Trainer(model_cfg(data), train_cfg(steps=9, eval_interval=4), data, callbacks=[look], out_dir=out)
+    assert trainer.train_cfg.checkpoint_interval is None
+    trainer.run()
+    # evaluations after updates 0, 4, 8 (the last): checkpoint and run.json (status running) rewritten there
+    assert [s[3] for s in seen] == [1, 1, 1, 1, 5, 5, 5, 5, 9]
+    assert [s[2] for s in seen] == [1, 1, 1, 1, 5, 5, 5, 5, 9]
+    assert [s[1] for s in seen[:-1]] == ["running"] * 8 and seen[-1][1] == "finished"
+    assert seen[5][4] == "5 of 9 updates done; checkpoint.pt holds 5 updates"
+    none = Trainer(model_cfg(data), train_cfg(steps=6, eval_interval=2, checkpoint_interval=0), data,
+                   out_dir=tmp_path / "end-only")
+    none.step(3)
+    assert not (tmp_path / "end-only" / "checkpoint.pt").exists()
+    assert json.loads((tmp_path / "end-only" / "run.json").read_text())["status"] == "running"
+
+
+def test_resume_with_more_steps_extends_a_finished_run(data, tmp_path):
+    flat = dict(min_lr_ratio=1.0, warmup_steps=2, eval_interval=3)
+    short = Trainer(model_cfg(data, dropout=0.1), train_cfg(steps=6, **flat), data, out_dir=tmp_path / "a")
+    short.run()
+    longer = Trainer.resume(tmp_path / "a" / "checkpoint.pt", data, steps=12)
+    assert longer.record.status == "running" and longer.record.config["extended_from_steps"] == [6]
+    longer.run()
+    straight = Trainer(model_cfg(data, dropout=0.1), train_cfg(steps=12, **flat), data)
+    straight.run()
+    assert longer.history["train_loss"] == straight.history["train_loss"]
+    assert_same_params(params(longer), params(straight))
+    with pytest.raises(ValueError, match="below the 6 updates"):
+        Trainer.resume(tmp_path / "a" / "checkpoint.pt", data, steps=5)
+
+
+def test_a_checkpoint_whose_state_does_not_fit_is_named(data, tmp_path):
+    from spanviz.train import CheckpointError
+
+    trainer = Trainer(model_cfg(data), train_cfg(steps=2), data)
+    trainer.run()
+    path = trainer.save_checkpoint(tmp_path / "c.pt")
+    state = torch.load(path, weights_only=True)
+    state["model"]["wte.weight"] = torch.zeros(3, 3)
+    torch.save(state, path)
+    with pytest.raises(CheckpointError, match=str(path)):
+        Trainer.resume(path, data)
+
+
+def test_parameter_count_and_memory_check_refuse_before_building(data, monkeypatch):
+    from spanviz.model import TinyGPT
+    from spanviz.spans import SpanConfig
+    from spanviz.train import check_memory, count_parameters
+
+    for kw in ({}, {"bias": False}, {"qk_rank": 3}, {"qk_norm": True, "n_local": 1, "window": 4},
+               {"spans": SpanConfig(alphas="1000")}):
+        cfg = GPTConfig(vocab_size=100, context_length=16, n_layer=2, n_head=4, d_model=32, **kw)
+        assert count_parameters(cfg) == TinyGPT(cfg).num_params(), kw
+    huge = GPTConfig(vocab_size=data.vocab_size, n_layer=10**9)
+    with pytest.raises(ValueError, match="n_layer=1000000000"):
+        Trainer(huge, train_cfg(), data)  # refused in milliseconds, nothing allocated
+    monkeypatch.setattr("spanviz.train.available_memory", lambda device: 10**6)
+    with pytest.raises(ValueError, match="GiB"):
+        check_memory(model_cfg(data), train_cfg(), torch.device("cpu"))
+
+
+def test_run_record_rejects_wrong_types_with_a_value_error():
+    good = {"config": {}, "history": {"step": [0]}, "status": "finished"}
+    assert RunRecord.from_dict(good).history == {"step": [0]}
+    for bad in ({**good, "config": [1]}, {**good, "history": "abc"}, {**good, "history": {"step": 5}},
+                {**good, "status": 3}, {**good, "status": "won"}, {**good, "message": {"a": 1}},
+                {**good, "environment": [1]}, [good], "text"):
+        with pytest.raises(ValueError):
+            RunRecord.from_dict(bad)
+    with pytest.raises(ValueError, match="nested too deeply"):
+        RunRecord.from_json("[" * 100_000 + "]" * 100_000)
+
+
+def test_default_warm_up_is_ten_percent_of_steps_at_most_100():
+    assert [TrainConfig(steps=s).warmup_steps for s in (1, 50, 300, 1000, 5000)] == [0, 5, 30, 100, 100]
+    assert TrainConfig(steps=10, warmup_steps=0).warmup_steps == 0
