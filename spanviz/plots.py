@@ -354,6 +354,11 @@ def span_blocks_data(
     return traces
 
 
+def span_block_title(name: str, order: int, alpha: float) -> str:
+    """A block's subplot title in :func:`span_blocks_figure`, e.g. "S2 (order 1) ×0" — the α that scales it."""
+    return f"{name} (order {order}) ×{float(alpha):g}"
+
+
 def span_blocks_figure(
     blocks: Sequence[Mapping[str, Any]], alphas: Sequence[float] | None = None, title: str | None = None
 ) -> go.Figure:
@@ -379,7 +384,8 @@ def span_blocks_figure(
     n_rows = len(orders)
     specs: list[list[dict | None]] = [[{} for _ in range(n_cols)] + [None] for _ in range(n_rows)]
     specs[0][-1] = {"rowspan": n_rows}
-    titles_by_cell = {cell: f"{b['name']} (order {b['order']})" for cell, b in zip(cells, bl)}
+    a = (1.0, 1.0, 1.0, 1.0) if alphas is None else tuple(alphas)
+    titles_by_cell = {cell: span_block_title(b["name"], b["order"], a[b["order"]]) for cell, b in zip(cells, bl)}
     subplot_titles = []
     for r in range(1, n_rows + 1):
         subplot_titles += [titles_by_cell.get((r, c), "") for c in range(1, n_cols + 1)]

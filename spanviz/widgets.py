@@ -528,8 +528,8 @@ class TrainingPanel:
         if not r.replayed:
             return ""
         rows = {len(r.histories[label].get("step", [])) for label in r.replayed}
-        each = f" ({rows.pop()} steps each)" if len(rows) == 1 else ""
-        return f"replayed from the store: {', '.join(r.replayed)}{each}"
+        steps = f" ({rows.pop()} steps{' each' * (len(r.replayed) > 1)})" if len(rows) == 1 else ""
+        return f"replayed from the store: {', '.join(r.replayed)}{steps}"
 
     def _on_update(self, runner: Runner) -> None:
         self.refresh()
@@ -727,10 +727,13 @@ class SpansPanel:
         return {name: a[head] for name, a in self._layer_angles(layer).items()}
 
     def update_alphas(self) -> None:
-        """Redraw the views that depend on α only (cached blocks rescaled; the toy)."""
-        a = self.alphas
-        self.views["blocks"].update(plots.span_blocks_data(self._blocks, a),
-                                    build=lambda: plots.span_blocks_figure(self._blocks, a))
+        """Redraw the views that depend on α only (cached blocks rescaled, their titles say the α; the toy)."""
+        a, view = self.alphas, self.views["blocks"]
+        titles = {b["name"]: plots.span_block_title(b["name"], b["order"], a[b["order"]]) for b in self._blocks}
+        annotations = [{**x, "text": titles.get(x["text"].split(" ")[0], x["text"])}
+                       for x in view.layout.get("annotations", [])]
+        view.update(plots.span_blocks_data(self._blocks, a), build=lambda: plots.span_blocks_figure(self._blocks, a),
+                    layout={"annotations": annotations})
         self.views["toy"].update(plots.span_toy_data(self.toy, a[:2]))
 
     def update_head(self) -> None:
@@ -1059,8 +1062,8 @@ class FP8Panel:
         self.controls.update(self.training.controls)
         note = W.HTML(
             "<small>The LR spike sliders apply to the next <b>Train</b>; the orange band marks the spike. The jump "
-            "of the max logit in the first few dozen steps is the heads starting to attend (their logits start "
-            "near 0 and grow as the learning rate warms up), not the spike.</small>")
+            "of the max logit in the first few dozen steps, and the bump in the loss with it, is the heads starting "
+            "to attend (their logits start near 0 and grow as the learning rate warms up), not the spike.</small>")
         self.widget = W.VBox([
             W.HBox([
                 W.VBox([c["rank"], c["delta"], c["margin"]]),

@@ -162,6 +162,9 @@ def test_spans_alpha_slider_changes_figure_data(spans_panel):
     spans_panel.controls["alpha0"].value = 0.0
     assert np.abs(blocks.data[0]["z"]).max() == 0.0  # S1 (order 0) scaled to zero
     assert blocks.data[9]["y"][0] == 0.0 and np.array_equal(blocks.data[9]["y"][1:], bars_before[1:])
+    titles = [a["text"] for a in blocks.figure_layout["annotations"]]
+    alpha1 = spans_panel.controls["alpha1"].value
+    assert "S1 (order 0) ×0" in titles and f"S2 (order 1) ×{alpha1:g}" in titles  # each block says its α
     tip = toy.data[6]
     np.testing.assert_allclose([tip["x"][1], tip["y"][1], tip["z"][1]], spans_panel.toy["violation"])
     spans_panel.controls["alpha0"].value = 1.0

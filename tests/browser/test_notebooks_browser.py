@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from conftest import NOTEBOOKS, STEPS, cpu_load, jupyter_lab, load_workers
-from labpage import Lab
+from labpage import ACTIVE, Lab
 
 REPO = Path(__file__).resolve().parents[2]
 BUSY_LOAD = 4  # busy-loop processes of the multi-notebook test (on top of four training kernels)
@@ -30,7 +30,7 @@ BUSY_LOAD = 4  # busy-loop processes of the multi-notebook test (on top of four 
 class Control:
     """A control and the figures it must redraw (``own``); every other analytic figure must stay as it was."""
 
-    kind: str  # "slider" (arrow keys), "select" (a Dropdown) or "toggle" (a ToggleButton)
+    kind: str  # "slider" (arrow keys), "select" (a Dropdown), "toggle" (a ToggleButton) or "button"
     label: str
     value: str = "ArrowRight"  # the key for a slider, the option for a select
     presses: int = 1
@@ -47,13 +47,16 @@ class Case:
     controls: list[Control]
     report: str | None = None  # what the notebook's report area prints once a run ended
     busy_control: int = 0  # the control the multi-notebook test moves
+    shot: str = ".jp-OutputArea-output .widget-vbox"  # the top of the screenshot (docs/screenshots)
+    before_shot: Control | None = None  # a control operated (and checked) before the screenshot
 
 
 CASES = {
     "00_tour.ipynb": Case(2, [
         _c("slider", "layer", {"attention"}),
         _c("toggle", "pattern P", {"attention"}),
-    ]),
+    ], shot=".widget-vbox:has(> .spanviz-view-attention)",
+        before_shot=_c("button", "Look at model", {"attention"})),  # the trained model, not the untrained one
     "01_spans_and_violations.ipynb": Case(6, [
         _c("slider", "α0", {"blocks", "toy"}, "ArrowLeft"),
         _c("slider", "α1", {"blocks", "toy"}),
@@ -92,7 +95,10 @@ def move(lab: Lab, control: Control) -> str:
     if control.kind == "select":
         lab.select(control.label, control.value)
         return f"{control.label} → {control.value}"
-    lab.toggle(control.label)
+    if control.kind == "toggle":
+        lab.toggle(control.label)
+    else:
+        lab.button(control.label).click()
     return f"{control.label} pressed"
 
 
@@ -153,6 +159,12 @@ def test_notebook_draws_and_responds(notebook: str, lab: dict, browser, screensh
         page.wait_status(REPLAYED)
         page.wait_all_drawn(case.figures, "after a replay")
         assert page.button("Train").is_enabled() and not page.button("Stop").is_enabled()
+        if case.before_shot:
+            check_control(page, notebook, case.before_shot)
+        page.page.locator(f"{ACTIVE} {case.shot}").first.evaluate(
+            "el => el.scrollIntoView({block: 'start'})")  # the panel, at its default settings, a finished run in
+        page.page.wait_for_timeout(1000)
+        page.page.screenshot(path=str(screenshot_dir / f"{Path(notebook).stem}.png"))
 
         # Every control moves its own figure (nothing is training now).
         for control in case.controls:
@@ -161,10 +173,6 @@ def test_notebook_draws_and_responds(notebook: str, lab: dict, browser, screensh
         if notebook.startswith("01"):
             assert page.figure("blocks")["traces"] == 4 + 2, "preset qk4: 4 blocks and 2 bar traces"
         timings["controls"] = time.monotonic() - t0
-        page.page.locator(".jp-OutputArea-output .widget-vbox").first.evaluate(
-            "el => el.scrollIntoView({block: 'start'})")
-        page.page.wait_for_timeout(500)
-        page.page.screenshot(path=str(screenshot_dir / f"{Path(notebook).stem}.png"))
         check_clean(page, notebook)
     except AssertionError as exc:
         shot = screenshot_dir / f"FAILED-{Path(notebook).stem}.png"
