@@ -42,7 +42,6 @@ class FakeTrainer:
     def __init__(self, steps: int, delay: float = 0.0, fail_at: int | None = None) -> None:
         self.steps, self.delay, self.fail_at = steps, delay, fail_at
         self.i = 0
-        self.stop_requested = threading.Event()
         self.record = SimpleNamespace(config={"fake": steps}, history={})
 
     def step(self, n: int = 1) -> list[dict]:
@@ -55,9 +54,6 @@ class FakeTrainer:
         self.i += 1
         append_rows(self.record.history, [row])
         return [row]
-
-    def request_stop(self) -> None:
-        self.stop_requested.set()
 
 
 def fake_panel(steps: int, delay: float = 0.0, fail_at: int | None = None, **kw) -> widgets.TrainingPanel:

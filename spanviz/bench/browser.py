@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -162,18 +161,13 @@ def _notebook(T: int, models: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]
             "nbformat": 4, "nbformat_minor": 5}
 
 
-def _percentiles(ms: list[float]) -> dict[str, float]:
-    qs = statistics.quantiles(ms, n=20, method="inclusive") if len(ms) > 1 else ms * 19
-    return {"p50_ms": statistics.median(ms), "p95_ms": qs[18], "n": len(ms)}
-
-
 def bench_browser(
     models: Mapping[str, Mapping[str, Any]],
     contexts: Sequence[int] = (64, 128),
     repeats: int = 15,
     controls: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """Latency (ms, p50 / p95) from an input in the page to the new figure drawn, per control and context T.
+    """Latency (ms) from an input in the page to the new figure drawn, per control and context T.
 
     Args:
         models: ``{"spans" | "masks" | "fp8": GPTConfig keyword arguments}`` of the panels (context_length is
@@ -182,7 +176,7 @@ def bench_browser(
         repeats: inputs per control (alternating between two values), after one warm-up input.
         controls: names from :data:`BROWSER_CONTROLS` (default: all).
     Returns:
-        ``{"T64": {control: {"p50_ms", "p95_ms", "n"}, ...}, ...}``, or ``{"skipped": reason}`` without
+        ``{"T64": {control: [latency in ms, one per input], ...}, ...}``, or ``{"skipped": reason}`` without
         Chromium or Playwright.
     Raises:
         ValueError: an unknown control name.
@@ -252,6 +246,6 @@ def _measure_notebook(page: Any, url: str, notebook: str, names: Sequence[str], 
             timing = page.evaluate("window.__spanvizBench")
             if i:
                 times.append(timing["drawn"] - timing["input"])
-        results[name] = _percentiles(times)
+        results[name] = times
     page.close()
     return results
