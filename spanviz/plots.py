@@ -69,6 +69,24 @@ def _check_history(history: History, keys: Sequence[str], what: str = "history")
     return lengths.pop() if lengths else 0
 
 
+def _block_mean(m: np.ndarray, max_cells: int) -> tuple[np.ndarray, np.ndarray]:
+    """(T, T) → at most (max_cells, max_cells): the mean of each f×f block (f = ceil(T / max_cells)), and the
+    first position of each block (for the axis). A screen cannot show more cells than that anyway."""
+    T = m.shape[-1]
+    f = max(1, math.ceil(T / max_cells))
+    if f == 1:
+        return m, np.arange(T)
+    n = math.ceil(T / f)
+    padded = np.full((n * f, n * f), np.nan)
+    padded[:T, :T] = m
+    return np.nanmean(padded.reshape(n, f, n, f), axis=(1, 3)), np.arange(n) * f
+
+
+def _cells_note(T: int, max_cells: int) -> str:
+    f = max(1, math.ceil(T / max_cells))
+    return f"; a cell: the mean of {f}×{f} entries" if f > 1 else ""
+
+
 def series(history: History, key: str, step_key: str = "step") -> tuple[np.ndarray, np.ndarray]:
     """The measured points of one scalar metric.
 
@@ -327,8 +345,14 @@ def _block_grid(blocks: list[dict[str, Any]]) -> tuple[list[int], int, list[tupl
     return orders, max(next_col.values()), cells
 
 
+SPAN_BLOCK_CELLS = 64
+"""Heatmap cells per side of a score-gradient block: a larger T is shown as means of f×f entries (f = ⌈T / 64⌉).
+A block is about 170 pixels wide on screen, so T = 128 has more entries than pixels anyway, and four times
+fewer cells keep an α slider's redraw in the browser quick."""
+
+
 def span_blocks_data(
-    blocks: Sequence[Mapping[str, Any]], alphas: Sequence[float] | None = None
+    blocks: Sequence[Mapping[str, Any]], alphas: Sequence[float] | None = None, max_cells: int = SPAN_BLOCK_CELLS
 ) -> list[Trace]:
     """Traces of :func:`span_blocks_figure`: one heatmap per block (input order), then two bar traces."""
     bl = _check_blocks(blocks)
@@ -339,9 +363,8 @@ def span_blocks_data(
     names = [b["name"] for b in bl]
     traces: list[Trace] = []
     for b in bl:
-        traces.append(
-            {"type": "heatmap", "z": alphas[b["order"]] * b["block"], "coloraxis": "coloraxis", "name": b["name"]}
-        )
+        z, pos = _block_mean(alphas[b["order"]] * b["block"], max_cells)
+        traces.append({"type": "heatmap", "z": z, "x": pos, "y": pos, "coloraxis": "coloraxis", "name": b["name"]})
     rel = np.array([np.linalg.norm(b["block"]) / total for b in bl])
     scale = np.array([abs(alphas[b["order"]]) for b in bl])
     colors = [ORDER_COLORS[b["order"]] for b in bl]
@@ -360,7 +383,8 @@ def span_block_title(name: str, order: int, alpha: float) -> str:
 
 
 def span_blocks_figure(
-    blocks: Sequence[Mapping[str, Any]], alphas: Sequence[float] | None = None, title: str | None = None
+    blocks: Sequence[Mapping[str, Any]], alphas: Sequence[float] | None = None, title: str | None = None,
+    max_cells: int = SPAN_BLOCK_CELLS,
 ) -> go.Figure:
     """The score-gradient blocks of one head as a heatmap grid grouped by order, with a bar chart of norms.
 
@@ -372,6 +396,7 @@ def span_blocks_figure(
             blocks (so a small α visibly fades its blocks): ± the 99th percentile of their |entries| (larger
             ones saturate). None = all ones.
         title: figure title.
+        max_cells: heatmap cells per side; a larger T shows means of f×f entries (:data:`SPAN_BLOCK_CELLS`).
     Returns:
         Figure with len(blocks) heatmaps (rows i = query, columns j = key) and 2 bar traces: ‖block‖_F/‖dS‖_F
         (gray) and ‖α·block‖_F/‖dS‖_F (colored by order).
@@ -379,7 +404,7 @@ def span_blocks_figure(
         ValueError: missing keys, non-2-D or mismatched blocks, order outside 0..3, alphas not of length 4.
     """
     bl = _check_blocks(blocks)
-    traces = span_blocks_data(bl, alphas)
+    traces = span_blocks_data(bl, alphas, max_cells)
     orders, n_cols, cells = _block_grid(bl)
     n_rows = len(orders)
     specs: list[list[dict | None]] = [[{} for _ in range(n_cols)] + [None] for _ in range(n_rows)]
@@ -408,11 +433,11 @@ def span_blocks_figure(
         fig.add_trace(trace, row=1, col=n_cols + 1)
     # The color range: the 99th percentile of |entries| over all (unscaled) blocks. dS of one head has a few
     # entries far larger than the rest: a range set by the largest would leave every block nearly white.
-    magnitudes = np.abs(np.concatenate([b["block"].ravel() for b in bl]))
+    magnitudes = np.abs(np.concatenate([_block_mean(b["block"], max_cells)[0].ravel() for b in bl]))
     zmax = float(np.percentile(magnitudes, 99)) or float(magnitudes.max()) or 1.0
     fig.update_layout(
         title=title or "score-gradient blocks (rows: order = number of ⊥ projections; colors clip at the 99th "
-                       "percentile of |entries|)",
+                       f"percentile of |entries|{_cells_note(bl[0]['block'].shape[0], max_cells)})",
         coloraxis={
             "colorscale": "RdBu", "cmid": 0.0, "cmin": -zmax, "cmax": zmax, "colorbar": {"x": -0.08, "len": 0.8}
         },
@@ -610,19 +635,6 @@ def span_toy_figure(
 
 
 # -------------------------------------------------------------------------------------- local/global heads
-def _block_mean(m: np.ndarray, max_cells: int) -> tuple[np.ndarray, np.ndarray]:
-    """(T, T) → at most (max_cells, max_cells): the mean of each f×f block (f = ceil(T / max_cells)), and the
-    first position of each block (for the axis). A screen cannot show more cells than that anyway."""
-    T = m.shape[-1]
-    f = max(1, math.ceil(T / max_cells))
-    if f == 1:
-        return m, np.arange(T)
-    n = math.ceil(T / f)
-    padded = np.full((n * f, n * f), np.nan)
-    padded[:T, :T] = m
-    return np.nanmean(padded.reshape(n, f, n, f), axis=(1, 3)), np.arange(n) * f
-
-
 def head_masks_data(masks: Any, zoom: int | None = None, max_cells: int = 128) -> list[Trace]:
     """Traces of :func:`head_masks_figure`: per head the whole mask (block means when T > ``max_cells``),
     then, with ``zoom``, per head its first ``zoom`` × ``zoom`` positions cell by cell."""

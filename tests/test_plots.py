@@ -91,6 +91,19 @@ def test_span_blocks_figure_grid_scaling_and_norms():
     assert fig.layout.coloraxis.cmax == pytest.approx(np.percentile(entries, 99)) == -fig.layout.coloraxis.cmin
 
 
+def test_span_blocks_large_context_shows_cell_means_and_exact_norms():
+    rng = np.random.default_rng(1)
+    blocks = _blocks(rng, T=128)
+    traces = plots.span_blocks_data(blocks, (1.0, 0.5, 0.0, 0.0))
+    heat, bars = traces[:8], traces[-1]
+    assert heat[0]["z"].shape == (64, 64)
+    np.testing.assert_allclose(heat[1]["z"][0, 0], 0.5 * blocks[1]["block"][:2, :2].mean())
+    np.testing.assert_array_equal(heat[0]["x"][:2], [0, 2])
+    total = np.linalg.norm(sum(b["block"] for b in blocks))
+    np.testing.assert_allclose(bars["y"][1], 0.5 * np.linalg.norm(blocks[1]["block"]) / total)  # from every entry
+    assert "mean of 2×2 entries" in plots.span_blocks_figure(blocks).layout.title.text
+
+
 def test_span_blocks_qk4_has_three_rows_and_data_matches_figure():
     rng = np.random.default_rng(1)
     blocks = _blocks(rng, orders=(0, 1, 1, 2))
