@@ -1,14 +1,14 @@
 """Figures: pure functions, data in, :class:`plotly.graph_objects.Figure` out. No widgets, no training.
 
-Every figure comes in two parts so the same code serves static figures and live ``go.FigureWidget``s:
+Every figure comes in two parts so the same code serves static figures and live widgets:
 
 * ``<name>_data(...) -> list[dict]`` returns the traces as plain property dicts (``"type"`` plus data such as
   ``x``, ``y``, ``z``, ``name``), in the order the figure holds them;
 * ``<name>_figure(...) -> go.Figure`` lays those traces out (subplots, axes, titles).
 
-A live view builds the figure once, wraps it (``go.FigureWidget(fig)``) and afterwards pushes only the
-``_data`` dicts inside ``fig.batch_update()`` (see :func:`spanviz.widgets.FigureView`). When the number or
-types of traces change (another preset, more heads) the view rebuilds the figure instead.
+A live view shows the figure once and afterwards pushes only the ``_data`` dicts (see
+:class:`spanviz.widgets.FigureView`). When the number or types of traces change (another preset, more heads)
+the view shows a newly built figure instead.
 
 Input contracts (numpy arrays or anything ``np.asarray`` accepts; torch tensors are converted):
 
@@ -67,6 +67,24 @@ def _check_history(history: History, keys: Sequence[str], what: str = "history")
     if len(lengths) > 1:
         raise ValueError(f"{what} columns {list(keys)} have different lengths {sorted(lengths)}")
     return lengths.pop() if lengths else 0
+
+
+def _block_mean(m: np.ndarray, max_cells: int) -> tuple[np.ndarray, np.ndarray]:
+    """(T, T) → at most (max_cells, max_cells): the mean of each f×f block (f = ceil(T / max_cells)), and the
+    first position of each block (for the axis). A screen cannot show more cells than that anyway."""
+    T = m.shape[-1]
+    f = max(1, math.ceil(T / max_cells))
+    if f == 1:
+        return m, np.arange(T)
+    n = math.ceil(T / f)
+    padded = np.full((n * f, n * f), np.nan)
+    padded[:T, :T] = m
+    return np.nanmean(padded.reshape(n, f, n, f), axis=(1, 3)), np.arange(n) * f
+
+
+def _cells_note(T: int, max_cells: int) -> str:
+    f = max(1, math.ceil(T / max_cells))
+    return f"; a cell: the mean of {f}×{f} entries" if f > 1 else ""
 
 
 def series(history: History, key: str, step_key: str = "step") -> tuple[np.ndarray, np.ndarray]:
@@ -177,7 +195,7 @@ def loss_curves_data(runs: Mapping[str, Any], metrics: str | Sequence[str] = "va
             b = seed_band(histories, metric)
             x, lo, hi = b["step"], b["mean"] - b["std"], b["mean"] + b["std"]
             n = len(histories)
-            label = name if len(metrics) == 1 else f"{name} · {metric}"
+            label = name if len(metrics) == 1 else f"{name} · {metric.replace('_', ' ')}"
             traces.append(
                 {
                     "type": "scatter",
@@ -230,13 +248,65 @@ def loss_curves_figure(
     metrics = (metrics,) if isinstance(metrics, str) else tuple(metrics)
     fig = go.Figure(data=loss_curves_data(runs, metrics))
     fig.update_layout(
-        title=title or " / ".join(metrics),
+        title=title or " / ".join(m.replace("_", " ") for m in metrics),
         xaxis_title="step",
         yaxis_title="loss (nats)",
         yaxis_type="log" if log_y else "linear",
         margin={"l": 50, "r": 10, "t": 40, "b": 40},
         height=320,
         legend={"orientation": "h", "y": -0.2},
+    )
+    return fig
+
+
+def relative_change_data(steps: Any, changes: Mapping[str, Any], noise: Any | None = None) -> list[Trace]:
+    """Traces of :func:`relative_change_figure`: the ±noise band (when given), then one line per change."""
+    x = _array(steps)
+    traces: list[Trace] = []
+    if noise is not None:
+        n = np.abs(_array(noise))
+        if n.shape != x.shape:
+            raise ValueError(f"noise has shape {n.shape}, steps has {x.shape}")
+        traces.append({"type": "scatter", "x": np.concatenate([x, x[::-1]]), "y": np.concatenate([n, -n[::-1]]),
+                       "fill": "toself", "fillcolor": "rgba(120,120,120,0.25)", "line": {"width": 0},
+                       "name": "seed noise", "hoverinfo": "skip"})
+    for i, (name, y) in enumerate(changes.items()):
+        y = _array(y)
+        if y.shape != x.shape:
+            raise ValueError(f"changes[{name!r}] has shape {y.shape}, steps has {x.shape}")
+        traces.append({"type": "scatter", "x": x, "y": y, "name": name, "mode": "lines+markers",
+                       "line": {"color": _color(i + 1), "width": 3}, "marker": {"size": 6},
+                       "hovertemplate": "step %{x}: %{y:+.2f} %<extra></extra>"})
+    return traces
+
+
+def relative_change_figure(
+    steps: Any, changes: Mapping[str, Any], noise: Any | None = None, title: str | None = None,
+    y_title: str = "Δ val loss vs standard (%)",
+) -> go.Figure:
+    """Relative change of a metric against a baseline over training, with the seed-noise band around 0.
+
+    Two loss curves that differ by a fraction of a percent coincide to the pixel; their difference does not.
+
+    Args:
+        steps: (N,) optimizer steps where both were measured.
+        changes: ``{name: (N,)}`` 100·(metric − baseline)/baseline in percent (below 0: lower than baseline).
+        noise: (N,) the same change between two baseline runs that differ only in the seed (the band ±|noise|):
+            a change inside the band is within the seed noise.
+    Returns:
+        Figure with the band (when given), one line per change and a zero line.
+    Raises:
+        ValueError: a series whose length differs from ``steps``.
+    """
+    fig = go.Figure(data=relative_change_data(steps, changes, noise))
+    fig.add_hline(y=0, line={"color": "gray", "width": 1})
+    fig.update_layout(
+        title=title or "change against the baseline (gray: seed noise)",
+        xaxis_title="step",
+        yaxis_title=y_title,
+        height=320,
+        margin={"l": 60, "r": 10, "t": 40, "b": 40},
+        legend={"orientation": "h", "y": -0.25},
     )
     return fig
 
@@ -275,8 +345,14 @@ def _block_grid(blocks: list[dict[str, Any]]) -> tuple[list[int], int, list[tupl
     return orders, max(next_col.values()), cells
 
 
+SPAN_BLOCK_CELLS = 64
+"""Heatmap cells per side of a score-gradient block: a larger T is shown as means of f×f entries (f = ⌈T / 64⌉).
+A block is about 170 pixels wide on screen, so T = 128 has more entries than pixels anyway, and four times
+fewer cells keep an α slider's redraw in the browser quick."""
+
+
 def span_blocks_data(
-    blocks: Sequence[Mapping[str, Any]], alphas: Sequence[float] | None = None
+    blocks: Sequence[Mapping[str, Any]], alphas: Sequence[float] | None = None, max_cells: int = SPAN_BLOCK_CELLS
 ) -> list[Trace]:
     """Traces of :func:`span_blocks_figure`: one heatmap per block (input order), then two bar traces."""
     bl = _check_blocks(blocks)
@@ -287,9 +363,8 @@ def span_blocks_data(
     names = [b["name"] for b in bl]
     traces: list[Trace] = []
     for b in bl:
-        traces.append(
-            {"type": "heatmap", "z": alphas[b["order"]] * b["block"], "coloraxis": "coloraxis", "name": b["name"]}
-        )
+        z, pos = _block_mean(alphas[b["order"]] * b["block"], max_cells)
+        traces.append({"type": "heatmap", "z": z, "x": pos, "y": pos, "coloraxis": "coloraxis", "name": b["name"]})
     rel = np.array([np.linalg.norm(b["block"]) / total for b in bl])
     scale = np.array([abs(alphas[b["order"]]) for b in bl])
     colors = [ORDER_COLORS[b["order"]] for b in bl]
@@ -302,8 +377,14 @@ def span_blocks_data(
     return traces
 
 
+def span_block_title(name: str, order: int, alpha: float) -> str:
+    """A block's subplot title in :func:`span_blocks_figure`, e.g. "S2 (order 1) ×0" — the α that scales it."""
+    return f"{name} (order {order}) ×{float(alpha):g}"
+
+
 def span_blocks_figure(
-    blocks: Sequence[Mapping[str, Any]], alphas: Sequence[float] | None = None, title: str | None = None
+    blocks: Sequence[Mapping[str, Any]], alphas: Sequence[float] | None = None, title: str | None = None,
+    max_cells: int = SPAN_BLOCK_CELLS,
 ) -> go.Figure:
     """The score-gradient blocks of one head as a heatmap grid grouped by order, with a bar chart of norms.
 
@@ -312,8 +393,10 @@ def span_blocks_figure(
             dS for one layer/head, e.g. 8 blocks with orders 0,1,1,1,2,2,2,3 for the ``kv8`` preset; the
             blocks sum to dS). Rows follow ascending order, columns the input order within an order.
         alphas: (α0, α1, α2, α3); heatmaps show α_order · block on a color scale fixed by the *unscaled*
-            blocks (so a small α visibly fades its blocks). None = all ones.
+            blocks (so a small α visibly fades its blocks): ± the 99th percentile of their |entries| (larger
+            ones saturate). None = all ones.
         title: figure title.
+        max_cells: heatmap cells per side; a larger T shows means of f×f entries (:data:`SPAN_BLOCK_CELLS`).
     Returns:
         Figure with len(blocks) heatmaps (rows i = query, columns j = key) and 2 bar traces: ‖block‖_F/‖dS‖_F
         (gray) and ‖α·block‖_F/‖dS‖_F (colored by order).
@@ -321,12 +404,13 @@ def span_blocks_figure(
         ValueError: missing keys, non-2-D or mismatched blocks, order outside 0..3, alphas not of length 4.
     """
     bl = _check_blocks(blocks)
-    traces = span_blocks_data(bl, alphas)
+    traces = span_blocks_data(bl, alphas, max_cells)
     orders, n_cols, cells = _block_grid(bl)
     n_rows = len(orders)
     specs: list[list[dict | None]] = [[{} for _ in range(n_cols)] + [None] for _ in range(n_rows)]
     specs[0][-1] = {"rowspan": n_rows}
-    titles_by_cell = {cell: f"{b['name']} (order {b['order']})" for cell, b in zip(cells, bl)}
+    a = (1.0, 1.0, 1.0, 1.0) if alphas is None else tuple(alphas)
+    titles_by_cell = {cell: span_block_title(b["name"], b["order"], a[b["order"]]) for cell, b in zip(cells, bl)}
     subplot_titles = []
     for r in range(1, n_rows + 1):
         subplot_titles += [titles_by_cell.get((r, c), "") for c in range(1, n_cols + 1)]
@@ -347,9 +431,13 @@ def span_blocks_figure(
         fig.update_yaxes(showticklabels=False, autorange="reversed", scaleanchor=None, row=r, col=c)
     for trace in traces[len(bl) :]:
         fig.add_trace(trace, row=1, col=n_cols + 1)
-    zmax = max(float(np.abs(b["block"]).max()) for b in bl) or 1.0
+    # The color range: the 99th percentile of |entries| over all (unscaled) blocks. dS of one head has a few
+    # entries far larger than the rest: a range set by the largest would leave every block nearly white.
+    magnitudes = np.abs(np.concatenate([_block_mean(b["block"], max_cells)[0].ravel() for b in bl]))
+    zmax = float(np.percentile(magnitudes, 99)) or float(magnitudes.max()) or 1.0
     fig.update_layout(
-        title=title or "score-gradient blocks (rows: order = number of ⊥ projections)",
+        title=title or "score-gradient blocks (rows: order = number of ⊥ projections; colors clip at the 99th "
+                       f"percentile of |entries|{_cells_note(bl[0]['block'].shape[0], max_cells)})",
         coloraxis={
             "colorscale": "RdBu", "cmid": 0.0, "cmin": -zmax, "cmax": zmax, "colorbar": {"x": -0.08, "len": 0.8}
         },
@@ -433,8 +521,9 @@ def subspace_angles_figure(angles: Mapping[str, Any], title: str | None = None) 
         xaxis_title="angle index",
         yaxis={"title": "degrees", "range": [0, 90]},
         barmode="group",
-        height=300,
+        height=420,
         margin={"l": 50, "r": 10, "t": 40, "b": 40},
+        legend={"orientation": "h", "y": -0.2},
     )
     return fig
 
@@ -546,46 +635,118 @@ def span_toy_figure(
 
 
 # -------------------------------------------------------------------------------------- local/global heads
-def head_masks_data(masks: Any) -> list[Trace]:
-    """Traces of :func:`head_masks_figure`: one heatmap per head (z = 1 where allowed)."""
-    m = _array(masks, dtype=float)
+def head_masks_data(masks: Any, zoom: int | None = None, max_cells: int = 128) -> list[Trace]:
+    """Traces of :func:`head_masks_figure`: per head the whole mask (block means when T > ``max_cells``),
+    then, with ``zoom``, per head its first ``zoom`` × ``zoom`` positions cell by cell."""
+    m = _array(masks, dtype=np.float32)
     if m.ndim != 3 or m.shape[1] != m.shape[2]:
         raise ValueError(f"masks must have shape (H, T, T), got {m.shape}")
-    return [{"type": "heatmap", "z": m[h], "coloraxis": "coloraxis", "name": f"head {h}"} for h in range(m.shape[0])]
+    traces = []
+    for h in range(m.shape[0]):
+        z, pos = _block_mean(m[h], max_cells)
+        traces.append({"type": "heatmap", "z": z.astype(np.float32), "x": pos, "y": pos, "coloraxis": "coloraxis",
+                       "name": f"head {h}", "hovertemplate": "query %{y}, key %{x}: %{z:.2f}<extra></extra>"})
+    if zoom:
+        n = min(int(zoom), m.shape[1])
+        for h in range(m.shape[0]):
+            traces.append({"type": "heatmap", "z": m[h, :n, :n], "coloraxis": "coloraxis", "xgap": 1, "ygap": 1,
+                           "name": f"head {h} (zoom)", "hovertemplate": "query %{y}, key %{x}<extra></extra>"})
+    return traces
 
 
 def head_masks_figure(
-    masks: Any, labels: Sequence[str] | None = None, n_cols: int = 4, title: str | None = None
+    masks: Any, labels: Sequence[str] | None = None, zoom: int | None = 32, max_cells: int = 128,
+    title: str | None = None,
 ) -> go.Figure:
-    """Per-head attention masks as a grid of heatmaps.
+    """Per-head attention masks: a row of whole masks and, below, a zoom on their first positions.
 
     Args:
         masks: bool (H, T, T), True where query i may attend key j (e.g. ``local_global.dense_mask``).
-        labels: H subplot titles; default "head h".
-        n_cols: heads per row.
+        labels: H titles for the whole masks; default "head h".
+        zoom: show the first ``zoom`` positions of every head cell by cell in a second row (None = no zoom
+            row); a window of a few keys is one or two pixels wide in the whole mask at T = 128.
+        max_cells: whole masks with T > max_cells show the mean of f×f blocks (f = ⌈T / max_cells⌉).
     Returns:
-        Figure with H heatmaps (rows = query i, columns = key j; 1 = allowed, 0 = masked).
+        Figure with H heatmaps (rows = query i, columns = key j; 1 = allowed, 0 = masked) and, with zoom, H
+        more; the first H subplot titles are ``labels``.
     Raises:
         ValueError: masks not (H, T, T), or len(labels) != H.
     """
-    traces = head_masks_data(masks)
-    H = len(traces)
+    m = _array(masks, dtype=np.float32)
+    traces = head_masks_data(m, zoom, max_cells)
+    H = m.shape[0]
     labels = [f"head {h}" for h in range(H)] if labels is None else list(labels)
     if len(labels) != H:
         raise ValueError(f"labels must have H={H} entries, got {len(labels)}")
+    rows = 2 if zoom else 1
+    n = min(int(zoom), m.shape[1]) if zoom else 0
+    titles = labels + [f"positions 0–{n - 1}" for _ in range(H)] * (rows - 1)
+    fig = make_subplots(rows=rows, cols=H, subplot_titles=titles, horizontal_spacing=0.03, vertical_spacing=0.1)
+    for k, trace in enumerate(traces):
+        r, c = k // H + 1, k % H + 1
+        fig.add_trace(trace, row=r, col=c)
+        fig.update_yaxes(autorange="reversed", showticklabels=False, scaleanchor=f"x{k + 1 if k else ''}",
+                         row=r, col=c)
+        fig.update_xaxes(showticklabels=False, constrain="domain", row=r, col=c)
+    fig.update_layout(
+        title=title or f"attention masks per head (T = {m.shape[1]}; rows: query i, columns: key j)",
+        coloraxis={"colorscale": [[0, "#f4f4f4"], [1, "#1f77b4"]], "cmin": 0, "cmax": 1, "showscale": False},
+        height=260 * rows + 60,
+        margin={"l": 20, "r": 10, "t": 70, "b": 20},
+    )
+    return fig
+
+
+def attention_heads_data(values: Any, tokens: Sequence[str] | None = None) -> list[Trace]:
+    """Traces of :func:`attention_heads_figure`: one heatmap per head, hover naming the tokens."""
+    v = _array(values)
+    if v.ndim != 3 or v.shape[1] != v.shape[2]:
+        raise ValueError(f"values must have shape (H, T, T), got {v.shape}")
+    T = v.shape[1]
+    if tokens is not None and len(tokens) != T:
+        raise ValueError(f"tokens must have T={T} entries, got {len(tokens)}")
+    traces = []
+    for h in range(v.shape[0]):
+        trace: Trace = {"type": "heatmap", "z": v[h], "coloraxis": "coloraxis", "name": f"head {h}"}
+        if tokens is not None:
+            trace["x"] = trace["y"] = [f"{i}: {t}" for i, t in enumerate(tokens)]
+            trace["hovertemplate"] = "query %{y}<br>key %{x}<br>%{z:.3f}<extra>" + f"head {h}</extra>"
+        traces.append(trace)
+    return traces
+
+
+def attention_heads_figure(
+    values: Any, tokens: Sequence[str] | None = None, n_cols: int = 2, title: str | None = None,
+    colorbar_title: str = "",
+) -> go.Figure:
+    """Attention logits or patterns of every head, large enough to read, the tokens on the axes.
+
+    Args:
+        values: (H, T, T) per head (rows: query i, columns: key j), e.g. S = QKᵀ/√d_head or P = softmax(S + M);
+            NaN is drawn blank (e.g. the masked upper triangle of S).
+        tokens: the T tokens of the window (axis labels "i: token" and hover), or None for positions.
+        n_cols: heads per row.
+    Returns:
+        Figure with H heatmaps sharing one color scale (shown).
+    Raises:
+        ValueError: values not (H, T, T), or len(tokens) != T.
+    """
+    traces = attention_heads_data(values, tokens)
+    H = len(traces)
     cols = max(1, min(n_cols, H))
     rows = math.ceil(H / cols)
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=labels, horizontal_spacing=0.03, vertical_spacing=0.08)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[f"head {h}" for h in range(H)],
+                        horizontal_spacing=0.06, vertical_spacing=0.08)
     for h, trace in enumerate(traces):
         r, c = h // cols + 1, h % cols + 1
         fig.add_trace(trace, row=r, col=c)
         fig.update_yaxes(autorange="reversed", showticklabels=False, row=r, col=c)
         fig.update_xaxes(showticklabels=False, row=r, col=c)
     fig.update_layout(
-        title=title or "attention masks per head (rows: query i, columns: key j)",
-        coloraxis={"colorscale": [[0, "#f4f4f4"], [1, "#1f77b4"]], "cmin": 0, "cmax": 1, "showscale": False},
-        height=230 * rows + 60,
-        margin={"l": 20, "r": 10, "t": 60, "b": 20},
+        title=title or "attention per head (rows: query i, columns: key j; hover for the tokens)",
+        coloraxis={"colorscale": "Viridis", "colorbar": {"title": {"text": colorbar_title}}},
+        height=380 * rows + 60,
+        margin={"l": 20, "r": 10, "t": 70, "b": 20},
     )
     return fig
 
@@ -647,7 +808,8 @@ def fp8_panel_data(
     scales: Mapping[str, Any],
     overflows: Mapping[str, Any],
 ) -> list[Trace]:
-    """Traces of :func:`fp8_panel_figure`: observed, bounds..., scales..., overflows... (in that order)."""
+    """Traces of :func:`fp8_panel_figure`: observed, bounds..., "observed above a bound" markers, scales...,
+    overflows... (in that order)."""
     x = _array(steps)
 
     def col(name: str, y: Any) -> np.ndarray:
@@ -656,23 +818,37 @@ def fp8_panel_data(
             raise ValueError(f"{name} has shape {y.shape}, steps has {x.shape}")
         return y
 
+    obs = col("observed", observed)
     traces: list[Trace] = [
-        {"type": "scatter", "x": x, "y": col("observed", observed), "name": "observed max |S|", "mode": "lines",
-         "line": {"color": "black", "width": 3}}
+        {"type": "scatter", "x": x, "y": obs, "name": "observed max |S|", "mode": "lines",
+         "line": {"color": "black", "width": 3}, "legendgroup": "logits", "legendgrouptitle": {"text": "max logit"}}
     ]
+    above = np.zeros(x.shape, dtype=bool)
+    broken: list[list[str]] = [[] for _ in range(len(x))]
     for i, (name, y) in enumerate(bounds.items()):
-        traces.append({"type": "scatter", "x": x, "y": col(f"bounds[{name!r}]", y), "name": f"bound: {name}",
-                       "mode": "lines", "line": {"color": _color(i + 1), "dash": "dash"}})
+        y = col(f"bounds[{name!r}]", y)
+        traces.append({"type": "scatter", "x": x, "y": y, "name": f"bound: {name}", "mode": "lines",
+                       "line": {"color": _color(i + 1), "dash": "dash"}, "legendgroup": "logits"})
+        over = obs > y
+        above |= over
+        for k in np.flatnonzero(over):
+            broken[k].append(name)
+    traces.append({"type": "scatter", "x": x[above], "y": obs[above], "name": "observed above a bound",
+                   "mode": "markers", "marker": {"color": "red", "symbol": "x", "size": 9},
+                   "text": [", ".join(b) for b, a in zip(broken, above) if a], "legendgroup": "logits",
+                   "hovertemplate": "step %{x}: %{y:.3g} exceeds %{text}<extra></extra>"})
     strategies = list(dict.fromkeys([*scales, *overflows]))
-    for name, y in scales.items():
+    for k, (name, y) in enumerate(scales.items()):
         i = strategies.index(name)
         traces.append({"type": "scatter", "x": x, "y": col(f"scales[{name!r}]", y), "name": f"scale: {name}",
-                       "mode": "lines", "line": {"color": _color(i + 5)}, "legendgroup": name})
-    for name, y in overflows.items():
+                       "mode": "lines", "line": {"color": _color(i + 5)}, "legendgroup": "scales",
+                       **({"legendgrouptitle": {"text": "FP8 scale"}} if k == 0 else {})})
+    for k, (name, y) in enumerate(overflows.items()):
         i = strategies.index(name)
         traces.append({"type": "scatter", "x": x, "y": col(f"overflows[{name!r}]", y), "name": f"overflows: {name}",
                        "mode": "lines+markers", "marker": {"size": 4}, "line": {"color": _color(i + 5)},
-                       "legendgroup": name, "showlegend": False})
+                       "legendgroup": "overflows",
+                       **({"legendgrouptitle": {"text": "E4M3 overflows"}} if k == 0 else {})})
     return traces
 
 
@@ -683,6 +859,8 @@ def fp8_panel_figure(
     scales: Mapping[str, Any],
     overflows: Mapping[str, Any],
     title: str | None = None,
+    spike: tuple[int, int, float] | None = None,
+    max_step: int | None = None,
 ) -> go.Figure:
     """FP8 panel: logit bounds vs observed max logit, scales, and overflow counts per strategy over steps.
 
@@ -692,25 +870,39 @@ def fp8_panel_figure(
         bounds: ``{"worst case": (N,), "rank-agnostic": (N,), "rank-aware": (N,)}`` predicted max |S|.
         scales: ``{strategy: (N,)}`` FP8 scale s per strategy (E4M3 overflows where |S|·s > 448).
         overflows: ``{strategy: (N,)}`` number of logits with |S|·s > 448 at that step.
+        spike: (first step, number of steps, factor) of an injected learning-rate spike, marked in every row.
+        max_step: the last step of the run: the x axis spans 0..max_step from the start (so the spike mark is
+            in place before training reaches it).
     Returns:
-        Figure with 3 rows sharing x: bounds + observed (log y), scales (log y), overflow counts; traces
-        ordered observed, bounds, scales, overflows.
+        Figure with 3 rows sharing x (tick labels on each): bounds + observed (log y) with red crosses where
+        the observed max exceeds a bound, scales (log y), overflow counts; legend grouped by row.
     Raises:
         ValueError: a series whose length differs from ``steps``.
     """
     traces = fp8_panel_data(steps, observed, bounds, scales, overflows)
     fig = make_subplots(
-        rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.06,
+        rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.08,
         subplot_titles=("max logit: observed vs bounds", "FP8 scale per strategy", "E4M3 overflows per step"),
     )
-    n_b, n_s = 1 + len(bounds), len(scales)
+    n_b, n_s = 2 + len(bounds), len(scales)
     for i, trace in enumerate(traces):
         fig.add_trace(trace, row=1 if i < n_b else (2 if i < n_b + n_s else 3), col=1)
     fig.update_yaxes(type="log", title_text="|S|", row=1, col=1)
     fig.update_yaxes(type="log", title_text="scale", row=2, col=1)
     fig.update_yaxes(title_text="count", rangemode="tozero", row=3, col=1)
+    fig.update_xaxes(showticklabels=True)
     fig.update_xaxes(title_text="step", row=3, col=1)
-    fig.update_layout(title=title or "FP8 attention logits", height=640, margin={"l": 60, "r": 10, "t": 60, "b": 40})
+    if max_step is not None:
+        fig.update_xaxes(range=[0, max_step])
+    if spike is not None:
+        start, length, factor = spike
+        for row in (1, 2, 3):
+            fig.add_vrect(x0=start - 0.5, x1=start + max(length, 1) - 0.5, fillcolor="orange", opacity=0.25,
+                          line_width=0, row=row, col=1, exclude_empty_subplots=False)
+        fig.add_annotation(x=start + max(length, 1), y=1, yref="y domain", text=f"LR spike ×{factor:g}",
+                           showarrow=False, xanchor="left", yanchor="top", font={"color": "darkorange"}, row=1, col=1)
+    fig.update_layout(title=title or "FP8 attention logits", height=700, margin={"l": 60, "r": 10, "t": 60, "b": 40},
+                      legend={"groupclick": "toggleitem"})
     return fig
 
 

@@ -8,18 +8,18 @@ callbacks.
 
 Where the callbacks run: on the event loop of the thread that called :meth:`Runner.start` when it has one
 (in a notebook, the kernel's loop: Train buttons and cells run there), handed over with
-``loop.call_soon_threadsafe``; otherwise (blocking mode, plain scripts, tests) directly. Widget state must
-only change on the kernel's loop: a FigureWidget update sent from the training thread while the kernel
-handles a message from the browser for the same widget can be merged away, and the live plot freezes.
+``loop.call_soon_threadsafe``; otherwise (blocking mode, plain scripts, tests) directly. Widget state should
+only change on the kernel's loop: ipywidgets is not thread-safe, and it merges the messages a widget sends
+while the kernel handles one from the browser for that widget.
 
 Why a thread: a blocking training loop in a notebook cell streams plot updates, but a Stop click is only
 handled after the cell ends (see DESIGN.md, "Interactivity facts"). Scripts and notebook execution in CI
 want the blocking path instead: ``start(..., blocking=True)`` or the environment variable
 ``SPANVIZ_BLOCKING=1``.
 
-A job either trains (``make_trainer`` gives an object with ``step(n) -> list[row dict]`` and
-``request_stop()``, e.g. :class:`spanviz.train.Trainer`) or replays a stored history (``replay``), which
-appears at the first refresh without training.
+A job either trains (``make_trainer`` gives an object with ``step(n) -> list[row dict]``, e.g.
+:class:`spanviz.train.Trainer`) or replays a stored history (``replay``), which appears at the first refresh
+without training. A stopped run keeps its trainers: :meth:`Runner.resume` continues it (Continue button).
 """
 
 from __future__ import annotations
@@ -44,8 +44,6 @@ class TrainerLike(Protocol):
     """What the runner needs from a trainer (``spanviz.train.Trainer`` satisfies it)."""
 
     def step(self, n: int = 1) -> list[dict[str, Any]]: ...
-
-    def request_stop(self) -> None: ...
 
 
 @dataclass
@@ -101,16 +99,24 @@ class Runner:
     """Trains jobs step by step in a background thread (or blocking), with throttled refresh callbacks.
 
     Args:
-        on_update: ``fn(runner)``, called from the training thread at most ``refresh_hz`` times per second
-            and once after the last step; read :meth:`snapshot` there.
+        on_update: ``fn(runner)``, called at most ``refresh_hz`` times per second while a run trains, once at
+            the start of a run with replays, and once after the last step; read :meth:`snapshot` there.
         on_finish: ``fn(runner)``, called once when a run ends (state "done", "stopped" or "error").
         refresh_hz: maximum refresh rate (> 0), default 4 Hz.
+        threads: torch intra-op threads while training (restored afterwards; torch's setting is global to
+            the process); None = leave torch's setting.
     Raises:
-        ValueError: refresh_hz <= 0.
+        ValueError: refresh_hz <= 0, threads < 1.
 
-    Thread safety: :meth:`start`, :meth:`stop`, :meth:`snapshot` may be called from any thread. Exceptions
-    raised by a trainer or by ``on_update`` end the run with state "error"; :attr:`error` keeps the
-    exception and :attr:`error_text` its traceback (``on_finish`` still runs, so a panel can show it).
+    Attributes:
+        state: one of :data:`STATES`. histories: ``{label: history}`` (read with :meth:`snapshot`).
+        steps_done: ``{label: steps}`` trained per job in this run (a replay counts 0).
+        steps_planned: ``{label: steps}`` for the training jobs. replayed: labels of the replayed jobs.
+        error / error_text: the exception of a failed run and its traceback.
+
+    Thread safety: :meth:`start`, :meth:`resume`, :meth:`stop`, :meth:`snapshot` may be called from any
+    thread. Exceptions raised by a trainer or by ``on_update`` end the run with state "error" (``on_finish``
+    still runs, so a panel can show it).
     """
 
     def __init__(
@@ -118,23 +124,30 @@ class Runner:
         on_update: Callable[[Runner], None] | None = None,
         on_finish: Callable[[Runner], None] | None = None,
         refresh_hz: float = 4.0,
+        threads: int | None = None,
     ) -> None:
         if not refresh_hz > 0:
             raise ValueError(f"refresh_hz must be > 0, got {refresh_hz!r}")
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise ValueError(f"threads must be an integer >= 1 or None, got {threads!r}")
         self.on_update, self.on_finish, self.refresh_hz = on_update, on_finish, float(refresh_hz)
+        self.threads = threads
         self.state = "idle"
         self.error: BaseException | None = None
         self.error_text: str | None = None
         self.histories: dict[str, dict[str, list[Any]]] = {}
         self.steps_done: dict[str, int] = {}
-        self.steps_total = 0
+        self.steps_planned: dict[str, int] = {}
+        self.replayed: list[str] = []
         self.refreshes = 0
         self.started_at: float | None = None
         self.finished_at: float | None = None
+        self._started_with = 0  # steps done before this run (or continuation) started
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._trainers: dict[str, TrainerLike] = {}
+        self._jobs: list[Job] = []
+        self._trainers: dict[str, TrainerLike] = {}  # kept after Stop, for resume()
         self._loop: asyncio.AbstractEventLoop | None = None  # where callbacks run; None = directly
         self._update_pending = threading.Event()  # an on_update is queued on the loop: don't queue another
 
@@ -144,8 +157,15 @@ class Runner:
         """True while a run is in progress."""
         return self.state == "running"
 
+    @property
+    def resumable(self) -> bool:
+        """True when the last run was stopped with training jobs left unfinished (see :meth:`resume`)."""
+        return self.state == "stopped" and any(
+            self.steps_done[label] < steps for label, steps in self.steps_planned.items()
+        )
+
     def start(self, jobs: Sequence[Job], blocking: bool | None = None, raise_errors: bool | None = None) -> None:
-        """Start a run of ``jobs``.
+        """Start a run of ``jobs`` (a fresh start: earlier histories and trainers are dropped).
 
         Args:
             jobs: at least one :class:`Job`, labels unique.
@@ -162,32 +182,53 @@ class Runner:
         labels = [j.label for j in jobs]
         if len(set(labels)) != len(labels):
             raise ValueError(f"job labels must be unique, got {labels}")
-        blocking = blocking_default() if blocking is None else bool(blocking)
-        raise_errors = blocking if raise_errors is None else bool(raise_errors)
         with self._lock:
             if self.running:
                 raise RuntimeError("a run is already in progress; stop it first")
-            self.state = "running"
-            self.error, self.error_text = None, None
             self.histories = {j.label: {k: list(v) for k, v in (j.replay or {}).items()} for j in jobs}
             self.steps_done = {j.label: 0 for j in jobs}
-            self.steps_total = sum(j.steps for j in jobs if j.replay is None)
-            self.refreshes = 0
-            self.started_at, self.finished_at = time.perf_counter(), None
-            self._stop.clear()
-            self._trainers = {}
+            self.steps_planned = {j.label: j.steps for j in jobs if j.replay is None}
+            self.replayed = [j.label for j in jobs if j.replay is not None]
+            self._jobs, self._trainers = jobs, {}
+            self._begin()
+        self._launch(blocking, raise_errors, replays=bool(self.replayed))
+
+    def resume(self, blocking: bool | None = None, raise_errors: bool | None = None) -> None:
+        """Continue a stopped run: the same trainers go on from their last step; histories grow.
+
+        Raises:
+            RuntimeError: nothing to continue (no run was stopped, or every job had finished).
+        """
+        with self._lock:
+            if not self.resumable:
+                raise RuntimeError(f"nothing to continue: the last run is {self.state!r}, not a stopped one with "
+                                   "steps left; start a new run instead")
+            self._begin()
+        self._launch(blocking, raise_errors, replays=False)
+
+    def _begin(self) -> None:
+        self.state = "running"
+        self.error, self.error_text = None, None
+        self.refreshes = 0
+        self.started_at, self.finished_at = time.perf_counter(), None
+        self._started_with = sum(self.steps_done.values())
+        self._stop.clear()
+
+    def _launch(self, blocking: bool | None, raise_errors: bool | None, replays: bool) -> None:
+        blocking = blocking_default() if blocking is None else bool(blocking)
+        raise_errors = blocking if raise_errors is None else bool(raise_errors)
         self._loop = None if blocking else _running_loop()
         self._update_pending.clear()
         if blocking:
-            self._work(jobs)
+            self._work(replays)
             if raise_errors and self.error is not None:
                 raise self.error
         else:
-            self._thread = threading.Thread(target=self._work, args=(jobs,), name="spanviz-runner", daemon=True)
+            self._thread = threading.Thread(target=self._work, args=(replays,), name="spanviz-runner", daemon=True)
             self._thread.start()
 
     def stop(self, wait: bool = True, timeout: float = 2.0) -> bool:
-        """Ask the run to stop after the current step (trainers get ``request_stop()`` too).
+        """Ask the run to stop after the current optimizer step of its current job.
 
         Args:
             wait: block until the worker thread ended (at most ``timeout`` seconds).
@@ -195,10 +236,6 @@ class Runner:
             True when no run is in progress any more.
         """
         self._stop.set()
-        with self._lock:
-            trainers = list(self._trainers.values())
-        for trainer in trainers:
-            trainer.request_stop()
         if wait:
             self.join(timeout)
         return not self.running
@@ -217,16 +254,16 @@ class Runner:
 
     @property
     def progress(self) -> tuple[int, int]:
-        """(steps done, steps to do) summed over the training jobs (replays count 0)."""
-        return sum(self.steps_done.values()), self.steps_total
+        """(steps done, steps planned) summed over the training jobs (replays count 0)."""
+        return sum(self.steps_done.values()), sum(self.steps_planned.values())
 
     @property
     def steps_per_s(self) -> float:
-        """Optimizer steps per second (all jobs) since the start; 0 before any step."""
+        """Optimizer steps per second (all jobs) since this run (or continuation) started; 0 before any step."""
         if self.started_at is None:
             return 0.0
         end = self.finished_at or time.perf_counter()
-        done = sum(self.steps_done.values())
+        done = sum(self.steps_done.values()) - self._started_with
         return done / (end - self.started_at) if end > self.started_at else 0.0
 
     # -------------------------------------------------------------------------------------------- worker
@@ -271,12 +308,21 @@ class Runner:
         except RuntimeError:  # the loop was closed (kernel shutting down): nobody is watching, just run it
             fn()
 
-    def _work(self, jobs: Sequence[Job]) -> None:
+    def _work(self, replays: bool) -> None:
+        if self.threads is None:
+            self._train(replays)
+            return
+        from spanviz.threads import torch_threads
+
+        with torch_threads(self.threads):
+            self._train(replays)
+
+    def _train(self, replays: bool) -> None:
         period = 1.0 / self.refresh_hz
         last = float("-inf")
+        active = [j for j in self._jobs if j.replay is None and self.steps_done[j.label] < j.steps]
         try:
-            active = [j for j in jobs if j.replay is None]
-            if len(active) < len(jobs):
+            if replays:
                 self._refresh()  # replays appear at once
                 last = time.perf_counter()
             while active and not self._stop.is_set():
@@ -304,15 +350,17 @@ class Runner:
                         self._refresh()
                         last = time.perf_counter()
             self._refresh()
-            self.state = "stopped" if self._stop.is_set() and active else "done"
+            if self.error is None:  # a failed live update (delivered on the loop) has set "error" already
+                self.state = "stopped" if self._stop.is_set() and active else "done"
         except Exception as exc:  # noqa: BLE001 - everything is shown in the panel, nothing is lost
             self.error, self.error_text = exc, traceback.format_exc()
             self.state = "error"
             logger.warning("spanviz run failed: %s", exc)
         finally:
             self.finished_at = time.perf_counter()
-            with self._lock:
-                self._trainers = {}
+            if self.state != "stopped":
+                with self._lock:
+                    self._trainers = {}
             self._finish()
 
 

@@ -1,4 +1,4 @@
-"""Execute every notebook headless in smoke mode (tiny models, a few steps) and fail on any cell error.
+"""Execute every notebook headless in smoke mode (tiny models, a few steps) and fail on any cell error or warning.
 
 Environment given to the kernel: ``SPANVIZ_SMOKE=1`` (the notebooks' ``parameters`` cells shrink everything),
 ``SPANVIZ_BLOCKING=1`` (Train runs in the cell, so the run is part of the execution), the offline WikiText-2
@@ -89,5 +89,10 @@ def test_notebook_runs_in_smoke_mode(path: Path, smoke_env: dict[str, str], tmp_
     seconds = time.perf_counter() - t0
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors, f"{path.name}: error outputs {errors}"
+    # A warning box in front of a student is a failure too (00 once printed "Out of range float values are
+    # not JSON compliant" for the NaN of the masked attention scores).
+    stderr = [o.text for c in nb.cells if c.cell_type == "code" for o in c.outputs
+              if o.output_type == "stream" and o.name == "stderr"]
+    assert not stderr, f"{path.name}: warnings in the outputs:\n" + "\n".join(stderr)
     print(f"{path.name}: {seconds:.1f} s")
     assert seconds < SMOKE_BUDGET_S

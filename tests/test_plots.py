@@ -61,6 +61,7 @@ def test_loss_curves_two_traces_per_variant_and_metric_with_band():
     assert band.fill == "toself"
     single = fig.data[6:8]  # [1000] · val_loss, one seed: zero-width band
     np.testing.assert_allclose(single[0].y, [4.5, 3.0, 3.0, 4.5])  # upper = lower = the one seed
+    assert mean.name == "standard · val loss (mean of 2 seeds)"  # legends in words, not key names
 
 
 # ------------------------------------------------------------------------------------------ span blocks
@@ -85,8 +86,22 @@ def test_span_blocks_figure_grid_scaling_and_norms():
     rel = [np.linalg.norm(b["block"]) / ds for b in blocks]
     np.testing.assert_allclose(fig.data[8].y, rel)
     np.testing.assert_allclose(fig.data[9].y, np.array(rel) * [abs(alphas[b["order"]]) for b in blocks])
-    # colour scale fixed by the unscaled blocks
-    assert fig.layout.coloraxis.cmax == pytest.approx(max(np.abs(b["block"]).max() for b in blocks))
+    # colour scale fixed by the unscaled blocks, at the 99th percentile of |entries| (a few huge ones saturate)
+    entries = np.abs(np.concatenate([b["block"].ravel() for b in blocks]))
+    assert fig.layout.coloraxis.cmax == pytest.approx(np.percentile(entries, 99)) == -fig.layout.coloraxis.cmin
+
+
+def test_span_blocks_large_context_shows_cell_means_and_exact_norms():
+    rng = np.random.default_rng(1)
+    blocks = _blocks(rng, T=128)
+    traces = plots.span_blocks_data(blocks, (1.0, 0.5, 0.0, 0.0))
+    heat, bars = traces[:8], traces[-1]
+    assert heat[0]["z"].shape == (64, 64)
+    np.testing.assert_allclose(heat[1]["z"][0, 0], 0.5 * blocks[1]["block"][:2, :2].mean())
+    np.testing.assert_array_equal(heat[0]["x"][:2], [0, 2])
+    total = np.linalg.norm(sum(b["block"] for b in blocks))
+    np.testing.assert_allclose(bars["y"][1], 0.5 * np.linalg.norm(blocks[1]["block"]) / total)  # from every entry
+    assert "mean of 2×2 entries" in plots.span_blocks_figure(blocks).layout.title.text
 
 
 def test_span_blocks_qk4_has_three_rows_and_data_matches_figure():
@@ -156,19 +171,52 @@ def test_span_toy_figure_scaled_arrow():
 
 
 # ------------------------------------------------------------------------------------ local/global heads
-def test_head_masks_figure_one_heatmap_per_head():
+def test_head_masks_figure_whole_masks_then_zoom():
     T = 5
     causal = np.tril(np.ones((T, T), bool))
     local = causal & (np.arange(T)[:, None] - np.arange(T)[None, :] < 2)
     masks = np.stack([local, causal, causal])
-    fig = plots.head_masks_figure(masks, labels=["local", "global", "global"])
-    assert len(fig.data) == 3
+    fig = plots.head_masks_figure(masks, labels=["local", "global", "global"], zoom=3)
+    assert len(fig.data) == 3 + 3
     np.testing.assert_array_equal(fig.data[0].z, local.astype(float))
-    assert [a.text for a in fig.layout.annotations] == ["local", "global", "global"]
+    np.testing.assert_array_equal(fig.data[3].z, local[:3, :3].astype(float))  # head 0, cell by cell
+    assert [a.text for a in fig.layout.annotations] == ["local", "global", "global"] + ["positions 0–2"] * 3
+    assert len(plots.head_masks_figure(masks, zoom=None).data) == 3
     with pytest.raises(ValueError, match="H=3"):
         plots.head_masks_figure(masks, labels=["a"])
     with pytest.raises(ValueError, match=r"\(H, T, T\)"):
         plots.head_masks_figure(np.ones((2, 3, 4)))
+
+
+def test_head_masks_large_context_shows_block_means():
+    T = 512
+    causal = np.tril(np.ones((1, T, T), bool))
+    (whole,) = plots.head_masks_data(causal, max_cells=128)
+    assert whole["z"].shape == (128, 128)
+    np.testing.assert_array_equal(whole["x"][:3], [0, 4, 8])  # each cell: 4 × 4 positions
+    assert whole["z"][0, 0] == pytest.approx(10 / 16)  # the diagonal block of a causal mask: 10 of 16 allowed
+    assert whole["z"][5, 0] == 1.0 and whole["z"][0, 5] == 0.0
+
+
+def test_attention_heads_figure_tokens_on_axes_and_nan_kept():
+    values = np.random.default_rng(0).normal(size=(4, 3, 3))
+    values[:, 0, 2] = np.nan  # masked
+    fig = plots.attention_heads_figure(values, tokens=["the", "cat", "the"])
+    assert len(fig.data) == 4 and fig.layout.height >= 700  # 2 × 2 grid, large cells
+    assert list(fig.data[0].x) == ["0: the", "1: cat", "2: the"]  # repeated tokens stay apart
+    assert np.isnan(fig.data[0].z[0][2])
+    with pytest.raises(ValueError, match="T=3"):
+        plots.attention_heads_figure(values, tokens=["a"])
+
+
+def test_relative_change_band_and_lines():
+    fig = plots.relative_change_figure([10, 20], {"[1000]": [-0.5, -0.3]}, noise=[0.4, -0.2])
+    band, line = fig.data
+    np.testing.assert_array_equal(band.y, [0.4, 0.2, -0.2, -0.4])  # ±|noise|, closed polygon
+    np.testing.assert_array_equal(line.y, [-0.5, -0.3])
+    assert len(plots.relative_change_figure([10], {"a": [1.0]}).data) == 1
+    with pytest.raises(ValueError, match="noise"):
+        plots.relative_change_figure([10, 20], {"a": [1.0, 2.0]}, noise=[1.0])
 
 
 def test_max_logit_one_line_per_run_and_layer():
@@ -184,7 +232,7 @@ def test_max_logit_one_line_per_run_and_layer():
 
 
 # ------------------------------------------------------------------------------------------------ FP8
-def test_fp8_panel_rows_and_order():
+def test_fp8_panel_rows_order_crossings_and_spike():
     steps = [0, 1, 2]
     fig = plots.fp8_panel_figure(
         steps,
@@ -192,13 +240,21 @@ def test_fp8_panel_rows_and_order():
         bounds={"worst case": [50.0] * 3, "rank-aware": [10.0] * 3},
         scales={"delayed": [448.0, 224.0, 224.0], "theory": [44.8] * 3},
         overflows={"delayed": [0, 0, 3], "theory": [0, 0, 0]},
+        spike=(1, 1, 30.0), max_step=100,
     )
-    assert len(fig.data) == 1 + 2 + 2 + 2
+    assert len(fig.data) == 1 + 2 + 1 + 2 + 2
     assert fig.data[0].name == "observed max |S|"
     axes = [t.yaxis for t in fig.data]
-    assert axes == ["y"] * 3 + ["y2"] * 2 + ["y3"] * 2
-    np.testing.assert_array_equal(fig.data[5].y, [0, 0, 3])
+    assert axes == ["y"] * 4 + ["y2"] * 2 + ["y3"] * 2
+    crossed = fig.data[3]
+    assert list(crossed.x) == [2] and list(crossed.text) == ["rank-aware"]  # 30 > 10, < 50
+    np.testing.assert_array_equal(fig.data[6].y, [0, 0, 3])
     assert fig.layout.yaxis.type == "log" and fig.layout.yaxis2.type == "log"
+    assert [fig.layout[f"xaxis{i}"].showticklabels for i in ("", "2", "3")] == [True] * 3
+    assert [fig.layout[f"xaxis{i}"].range for i in ("", "2", "3")] == [(0, 100)] * 3
+    assert len([s for s in fig.layout.shapes if s.type == "rect"]) == 3  # the spike, in every row
+    groups = {t.legendgroup for t in fig.data}
+    assert groups == {"logits", "scales", "overflows"}
     with pytest.raises(ValueError, match="observed"):
         plots.fp8_panel_figure(steps, [1.0], {}, {}, {})
 

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from spanviz import plots, widgets
+from spanviz.figure_widget import PlotlyFigure, encode
 from spanviz.model import GPTConfig
 from spanviz.runner import Job, Runner, append_rows
 from spanviz.train import TrainConfig
@@ -41,7 +42,6 @@ class FakeTrainer:
     def __init__(self, steps: int, delay: float = 0.0, fail_at: int | None = None) -> None:
         self.steps, self.delay, self.fail_at = steps, delay, fail_at
         self.i = 0
-        self.stop_requested = threading.Event()
         self.record = SimpleNamespace(config={"fake": steps}, history={})
 
     def step(self, n: int = 1) -> list[dict]:
@@ -54,9 +54,6 @@ class FakeTrainer:
         self.i += 1
         append_rows(self.record.history, [row])
         return [row]
-
-    def request_stop(self) -> None:
-        self.stop_requested.set()
 
 
 def fake_panel(steps: int, delay: float = 0.0, fail_at: int | None = None, **kw) -> widgets.TrainingPanel:
@@ -94,28 +91,47 @@ def test_static_fallback_chosen_under_env_override(monkeypatch):
     monkeypatch.setenv("SPANVIZ_STATIC", "1")
     panel = widgets.LocalGlobalPanel(SMALL)
     view = panel.views["masks"]
-    assert view.static and isinstance(view.widget.children[0], W.Output)
-    assert not isinstance(view.figure, go.FigureWidget)
-    before = view.widget.children[0].outputs[0]["data"]["application/vnd.plotly.v1+json"]
+    assert view.static and isinstance(view.widget, W.Output)
+    before = view.widget.outputs[0]["data"]["application/vnd.plotly.v1+json"]
     panel.controls["window"].value = 2
-    after = view.widget.children[0].outputs[0]["data"]["application/vnd.plotly.v1+json"]
+    after = view.widget.outputs[0]["data"]["application/vnd.plotly.v1+json"]
     assert before != after  # re-rendered with the new masks
     np.testing.assert_array_equal(view.figure.data[0].z, panel.masks()[0].astype(float))
 
 
-def test_figure_view_patches_in_place_and_rebuilds_on_structure_change():
+def test_figure_view_patches_and_rebuilds_in_the_same_widget():
     fig = plots.subspace_angles_figure({"Q–K": [0.1, 0.2]})
     view = widgets.FigureView(fig, static=False)
-    fw = view.figure
-    assert isinstance(fw, go.FigureWidget)
+    widget = view.widget
+    assert isinstance(widget, PlotlyFigure) and widget.revision == 0
     assert view.update(plots.subspace_angles_data({"Q–K": [0.3, 0.4]})) == "patched"
-    assert view.figure is fw
-    np.testing.assert_allclose(fw.data[0].y, np.degrees([0.3, 0.4]))
+    np.testing.assert_allclose(widget.data[0]["y"], np.degrees([0.3, 0.4]))  # what the browser is sent
+    assert widget.data[0]["marker"] == view.data[0]["marker"]  # styles kept from the built figure
     two = {"Q–K": [0.3], "K–V": [0.5]}
     with pytest.raises(ValueError, match="build="):
         view.update(plots.subspace_angles_data(two))
     assert view.update(plots.subspace_angles_data(two), build=lambda: plots.subspace_angles_figure(two)) == "rebuilt"
-    assert len(view.figure.data) == 2 and view.widget.children == (view.figure,)
+    assert view.widget is widget and len(widget.data) == 2 and widget.revision == 2  # no new widget, ever
+    assert view.update(plots.subspace_angles_data(two), layout={"title": {"text": "new"}}) == "patched"
+    assert widget.figure_layout["title"] == {"text": "new"} and view.figure.layout.title.text == "new"
+
+
+def test_plotly_figure_sends_one_message_per_update_with_binary_arrays(monkeypatch):
+    """The browser gets the whole figure state in one message; arrays (NaN included) as binary buffers."""
+    sent = []
+    fig = PlotlyFigure(go.Figure(go.Heatmap(z=np.zeros((2, 2)))))
+    monkeypatch.setattr(fig, "_send", lambda msg, buffers=None: sent.append((msg, buffers)))
+    z = np.array([[1.0, np.nan], [3.0, 4.0]])
+    fig.show([{"type": "heatmap", "z": z}])
+    (msg, buffers), = sent
+    state = msg["state"]
+    assert set(state) == {"_data", "_revision"} and state["_revision"] == 1
+    assert state["_data"][0]["z"]["dtype"] == "float64" and state["_data"][0]["z"]["shape"] == [2, 2]
+    assert len(buffers) == 1
+    np.testing.assert_array_equal(np.frombuffer(buffers[0], dtype=np.float64), z.ravel())
+    assert encode([1.0, float("nan")])["dtype"] == "float64"  # a list with NaN: binary (JSON has no NaN)
+    assert encode([1, 2]) == [1, 2] and encode(np.array([True, False]))["dtype"] == "float64"
+    assert encode(np.array(["a", "b"])) == ["a", "b"] and encode(float("inf")) is None
 
 
 # ------------------------------------------------------------------------------------------ spans panel
@@ -128,68 +144,94 @@ def test_spans_blocks_sum_to_captured_dS(spans_panel):
     assert spans_panel.alphas == (1.0, 0.0, 0.0, 0.0)  # default [1000]
     for i in range(4):
         spans_panel.controls[f"alpha{i}"].value = 1.0  # [1111]: the shown blocks are the unscaled blocks
-    fig = spans_panel.views["blocks"].figure
-    heat = [t for t in fig.data if t.type == "heatmap"]
+    data = spans_panel.views["blocks"].widget.data
+    heat = [t for t in data if t["type"] == "heatmap"]
     assert len(heat) == 8
     dS = spans_panel.captures[0].dS[0, 0].double().numpy()
-    np.testing.assert_allclose(sum(np.asarray(t.z) for t in heat), dS, atol=1e-6 * np.abs(dS).max())
+    np.testing.assert_allclose(sum(np.asarray(t["z"]) for t in heat), dS, atol=1e-6 * np.abs(dS).max())
 
 
 def test_spans_alpha_slider_changes_figure_data(spans_panel):
-    fig = spans_panel.views["blocks"].figure
-    assert np.abs(fig.data[0].z).max() > 0
-    bars_before = np.array(fig.data[9].y)
+    blocks, toy = spans_panel.views["blocks"].widget, spans_panel.views["toy"].widget
+    assert np.abs(blocks.data[0]["z"]).max() > 0
+    bars_before = np.array(blocks.data[9]["y"])
     spans_panel.controls["alpha0"].value = 0.0
-    assert np.abs(fig.data[0].z).max() == 0.0  # S1 (order 0) scaled to zero
-    assert fig.data[9].y[0] == 0.0 and np.array_equal(fig.data[9].y[1:], bars_before[1:])
-    toy_tip = [fig_t for fig_t in spans_panel.views["toy"].figure.data][6]
-    np.testing.assert_allclose([toy_tip.x[1], toy_tip.y[1], toy_tip.z[1]], spans_panel.toy["violation"])
+    assert np.abs(blocks.data[0]["z"]).max() == 0.0  # S1 (order 0) scaled to zero
+    assert blocks.data[9]["y"][0] == 0.0 and np.array_equal(blocks.data[9]["y"][1:], bars_before[1:])
+    titles = [a["text"] for a in blocks.figure_layout["annotations"]]
+    alpha1 = spans_panel.controls["alpha1"].value
+    assert "S1 (order 0) ×0" in titles and f"S2 (order 1) ×{alpha1:g}" in titles  # each block says its α
+    tip = toy.data[6]
+    np.testing.assert_allclose([tip["x"][1], tip["y"][1], tip["z"][1]], spans_panel.toy["violation"])
     spans_panel.controls["alpha0"].value = 1.0
 
 
 def test_spans_head_and_preset_pickers(spans_panel):
-    view = spans_panel.views["blocks"]
-    z_head0 = np.array(view.figure.data[0].z)
-    angles0 = np.array(spans_panel.views["angles"].figure.data[0].y)
+    blocks, angles = spans_panel.views["blocks"].widget, spans_panel.views["angles"].widget
+    z_head0 = np.array(blocks.data[0]["z"])
+    angles0 = np.array(angles.data[0]["y"])
     spans_panel.controls["head"].value = 1
-    assert not np.allclose(view.figure.data[0].z, z_head0)
-    assert not np.allclose(spans_panel.views["angles"].figure.data[0].y, angles0)
+    assert not np.allclose(blocks.data[0]["z"], z_head0)
+    assert not np.allclose(angles.data[0]["y"], angles0)
+    said: list[str] = []
+    spans_panel.busy.observe(lambda change: said.append(change["new"]), names="value")
     spans_panel.controls["preset"].value = "qk4"
-    assert len(view.figure.data) == 4 + 2  # rebuilt: 4 blocks (orders 0, 1, 1, 2) + 2 bar traces
+    assert len(blocks.data) == 4 + 2  # rebuilt: 4 blocks (orders 0, 1, 1, 2) + 2 bar traces
+    assert "computing the blocks…" in said[0] and said[-1] == ""  # shown while it computed, then cleared
+    assert spans_panel.views["blocks"].widget is blocks  # the same widget shows the new figure
     spans_panel.controls["preset"].value = "kv8"
     spans_panel.controls["head"].value = 0
-    assert len(view.figure.data) == 10
+    assert len(blocks.data) == 10
 
 
 # -------------------------------------------------------------------------------- local/global, FP8 views
 def test_local_global_masks_follow_sliders():
     panel = widgets.LocalGlobalPanel(SMALL, static=False)
-    fig = panel.views["masks"].figure
+    fig = panel.views["masks"].widget
     panel.controls["context"].value = 16
+    assert "T = 16" in fig.figure_layout["title"]["text"]
     panel.controls["n_local"].value = 1
     panel.controls["window"].value = 3
-    z = np.asarray(fig.data[0].z)
+    z = np.asarray(fig.data[0]["z"])
     T = 16
     i, j = np.arange(T)[:, None], np.arange(T)[None, :]
     np.testing.assert_array_equal(z, ((j <= i) & (i - j < 3)).astype(float))
-    np.testing.assert_array_equal(np.asarray(fig.data[1].z), (j <= i).astype(float))  # head 1 global
-    assert fig.layout.annotations[0].text == "head 0: local (p=3)"
+    np.testing.assert_array_equal(np.asarray(fig.data[1]["z"]), (j <= i).astype(float))  # head 1 global
+    zoom = SMALL.n_head  # the zoom row follows the whole masks: cell by cell, first positions
+    np.testing.assert_array_equal(fig.data[zoom]["z"], z[: widgets.MASK_ZOOM, : widgets.MASK_ZOOM])
+    assert fig.figure_layout["annotations"][0]["text"] == "head 0: local (p=3)"
     panel.controls["n_local"].value = 0
-    np.testing.assert_array_equal(np.asarray(fig.data[0].z), (j <= i).astype(float))
-    assert fig.layout.annotations[0].text == "head 0: global"
+    np.testing.assert_array_equal(np.asarray(fig.data[0]["z"]), (j <= i).astype(float))
+    assert fig.figure_layout["annotations"][0]["text"] == "head 0: global"
 
 
 def test_fp8_rank_delta_margin_update_bounds():
     panel = widgets.FP8Panel(SMALL, static=False)
-    fig = panel.views["bounds"].figure
+    fig = panel.views["bounds"].widget
     panel.controls["rank"].value = 4
-    assert list(fig.data[-1].x) == [4, 4, 4, 4]
-    rank_aware = np.array(fig.data[2].y)
+    assert list(fig.data[-1]["x"]) == [4, 4, 4, 4]
+    rank_aware = np.array(fig.data[2]["y"])
     panel.controls["delta"].value = 1e-6
-    assert np.all(np.array(fig.data[2].y) > rank_aware)  # smaller δ ⇒ larger bound
-    table = panel.scales.value
+    assert np.all(np.array(fig.data[2]["y"]) > rank_aware)  # smaller δ ⇒ larger bound
+    table, bounds = panel.scales.value, np.array(fig.data[0]["y"])
     panel.controls["margin"].value = 2
     assert panel.scales.value != table and "r = 4" in panel.scales.value
+    np.testing.assert_allclose(fig.data[0]["y"], 4 * bounds)  # what the scale from each bound holds: 2^2 × bound
+    assert fig.data[0]["name"] == "worst case × 2^2"
+
+
+def test_fp8_training_figure_marks_the_planned_spike_before_training():
+    from dataclasses import replace
+
+    panel = widgets.FP8Panel(SMALL, train_cfg=replace(TINY_TRAIN, steps=200), data=FakeData(), store=None,
+                             static=False)
+    panel.controls["spike_step"].value = 60
+    panel.controls["spike_factor"].value = 10.0
+    layout = panel.views["train/fp8"].layout
+    rects = [s for s in layout["shapes"] if s["type"] == "rect"]
+    assert len(rects) == 3 and rects[0]["x0"] == 59.5  # every row, from the start
+    assert layout["xaxis"]["range"] == [0, 200]
+    assert any("LR spike ×10" in a["text"] for a in layout["annotations"])
 
 
 # ---------------------------------------------------------------------------------------- runner, panel
@@ -205,6 +247,26 @@ def test_stop_ends_run_within_a_second():
     done, total = runner.progress
     assert 0 < done < total
     assert panel.controls["start"].disabled is False and "stopped" in panel.status.value
+
+
+def test_stop_then_continue_trains_the_same_runs_on():
+    panel = fake_panel(steps=40, delay=0.01)
+    runner = panel.train(blocking=False)
+    deadline = time.monotonic() + 10
+    while runner.steps_done["b"] < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert panel.stop(wait=True, timeout=2.0)
+    stopped_at = dict(runner.steps_done)
+    assert 0 < stopped_at["a"] < 40 and runner.resumable
+    assert panel.controls["resume"].disabled is False and panel.controls["start"].disabled is False
+    assert panel.status.value.startswith("stopped: ") and "steps per run — Continue" in panel.status.value
+    panel.resume(blocking=True)
+    assert runner.state == "done" and runner.steps_done == {"a": 40, "b": 40}
+    for h in panel.histories.values():
+        assert h["step"] == list(range(40))  # went on from where it stopped, nothing repeated or lost
+    assert panel.status.value == "done: 40/40 steps per run" and panel.controls["resume"].disabled
+    with pytest.raises(RuntimeError, match="nothing to continue"):
+        runner.resume()
 
 
 def test_error_in_run_is_shown_in_panel():
@@ -312,6 +374,7 @@ def test_store_replays_repeated_configuration(tmp_path):
     second = panel.train(blocking=True)
     assert time.perf_counter() - t0 < 1.0
     assert panel.training.replayed == ["MHSA", "LS (1 local, p=4)"] and second.progress == (0, 0)
+    assert panel.training.status.value == "replayed from the store: MHSA, LS (1 local, p=4) (3 steps each)"
     assert panel.training.histories["MHSA"]["train_loss"] == hist["MHSA"]["train_loss"]
 
 
@@ -321,9 +384,17 @@ def test_spans_and_fp8_panels_train_with_real_trainer():
     runner = sp.train(blocking=True)
     assert runner.state == "done"
     hist = sp.training.histories
-    assert list(hist) == ["standard", "kv8 [1 1 0 0]"]
+    assert list(hist) == ["standard", "standard, seed 1", "kv8 [1 1 0 0]"]
     energy = sp.views["train/energy"].figure
     assert len(energy.data) == 4 and len(energy.data[0].x) == TINY_TRAIN.steps
+    assert "kv8 [1 1 0 0]" in energy.layout.title.text  # says which run it measures
+    band, line = sp.views["train/delta"].widget.data
+    val = {k: dict(zip(*plots.series(h, "val_loss"))) for k, h in hist.items()}
+    steps = sorted(val["standard"])
+    assert list(line["x"]) == steps and line["name"] == "kv8 [1 1 0 0]"
+    np.testing.assert_allclose(line["y"], [100 * (val["kv8 [1 1 0 0]"][t] / val["standard"][t] - 1) for t in steps])
+    noise = [100 * abs(val["standard, seed 1"][t] / val["standard"][t] - 1) for t in steps]
+    np.testing.assert_allclose(band["y"][: len(steps)], noise)
 
     fp = widgets.FP8Panel(SMALL, train_cfg=TINY_TRAIN, data=FakeData(), store=None, static=False)
     fp.controls["rank"].value = 4

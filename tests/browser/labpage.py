@@ -1,11 +1,16 @@
-"""Helpers that drive a JupyterLab 4 page through Playwright: open, run all, read plots, move sliders, click.
+"""Drive JupyterLab 4 through Playwright the way a person does, and read what the page *draws*.
 
-DOM facts relied on (JupyterLab 4.6, ipywidgets 8.1, plotly 7.1 FigureWidget via anywidget):
+One :class:`Lab` is one browser page with JupyterLab; notebooks open in it as tabs (the first through the URL,
+the next ones from the file browser), and every query is scoped to the notebook tab in front.
+
+DOM facts relied on (JupyterLab 4.6, ipywidgets 8.1, spanviz's figure widget, plotly.js 4):
 - menus are Lumino: ``.lm-MenuBar-item`` / ``.lm-Menu-item`` with ``data-command``;
 - code-cell prompts read ``[n]:`` once executed, ``[*]:`` while queued or running;
 - ipywidgets 8 sliders are noUiSlider: ``.widget-slider`` holding a ``.widget-label`` (description), a
-  focusable ``.noUi-handle`` (arrow keys move it by one step) and a ``.widget-readout``;
-- a FigureWidget renders a ``.js-plotly-plot`` whose ``svg.main-svg`` children hold the drawn traces.
+  focusable ``.noUi-handle`` (arrow keys move it by one step) and a ``.widget-readout``; a Dropdown is a
+  ``.widget-dropdown`` with a label and a ``<select>``; ToggleButtons are ``.widget-toggle-button``s;
+- every plotly figure is a ``.js-plotly-plot`` element whose ``data`` property holds the traces plotly.js
+  drew; spanviz's panels put each figure inside an element with the class ``spanviz-view-<name>``.
 """
 
 from __future__ import annotations
@@ -17,49 +22,80 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from playwright.sync_api import BrowserContext, Locator, Page
+from playwright.sync_api import BrowserContext, Locator
 
 DONE_PROMPT = re.compile(r"^\[\d+\]:?$")
+ACTIVE = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+
+# For each .js-plotly-plot of the notebook in front: its spanviz view name, the number of traces, whether one
+# of them holds data (x, y or z with at least one value), and a signature of all drawn numbers (count, sum and
+# position-weighted sum per trace), which changes when the drawn data changes.
+FIGURES_JS = """(els) => els.map((gd) => {
+  const view = gd.closest('[class*="spanviz-view-"]');
+  const name = view ? [...view.classList].find((c) => c.startsWith('spanviz-view-')).slice(13) : '';
+  const numbers = (v, out) => {
+    if (v == null) return out;
+    if (typeof v === 'number') { out.push(v); return out; }
+    if (typeof v === 'string') { out.push(v.length); return out; }
+    if (typeof v === 'object' && typeof v.bdata === 'string') { out.push(v.bdata.length); return out; }
+    if (typeof v.length === 'number') { for (const x of v) numbers(x, out); }
+    return out;
+  };
+  const size = (v) => v == null ? 0 : (typeof v.bdata === 'string' ? v.bdata.length : (v.length || 0));
+  const traces = gd.data || [];
+  const sig = traces.map((t) => ['x', 'y', 'z'].map((k) => {
+    const xs = numbers(t[k], []);
+    let s = 0, w = 0;
+    xs.forEach((x, i) => { if (Number.isFinite(x)) { s += x; w += (i + 1) * x; } });
+    return `${xs.length}:${s.toPrecision(8)}:${w.toPrecision(8)}`;
+  }).join('|')).join(';');
+  return {name, traces: traces.length, drawn: traces.some((t) => ['x', 'y', 'z'].some((k) => size(t[k]) > 0)), sig,
+          title: ((gd.layout || {}).title || {}).text || ''};
+})"""
 
 
-class LabPage:
-    """One notebook open in JupyterLab, with the browser's console errors collected."""
+class Lab:
+    """A JupyterLab page; console errors and page errors are collected in :attr:`errors`."""
 
-    def __init__(self, context: BrowserContext, url: str, notebook: str, runtime_dir: str | None = None) -> None:
-        self.url, self.notebook, self.runtime_dir = url, notebook, runtime_dir
-        self.page: Page = context.new_page()
+    def __init__(self, context: BrowserContext, server: dict, init_script: str | None = None) -> None:
+        self.url, self.runtime = server["url"], server.get("runtime")
+        self.page = context.new_page()
+        if init_script:
+            self.page.add_init_script(init_script)
+        self.page.set_default_timeout(120_000)
         self.errors: list[str] = []
         self.console: list[str] = []  # every console message, for failure reports
         self.page.on("console", self._on_console)
         self.page.on("pageerror", lambda exc: self.errors.append(f"pageerror: {exc}"))
-        self.page.set_default_timeout(60_000)
+        self.opened: list[str] = []
 
     def _on_console(self, msg: Any) -> None:
         self.console.append(f"{msg.type}: {msg.text[:500]}")
         if msg.type == "error":
             self.errors.append(f"console.error: {msg.text} @ {msg.location.get('url', '')}")
 
-    # ------------------------------------------------------------------------------------------ kernel
-    def _kernel_state(self) -> str | None:
-        with urllib.request.urlopen(f"{self.url}/api/sessions", timeout=10) as r:
-            sessions = json.load(r)
-        for s in sessions:
-            if s.get("path", "").endswith(self.notebook) and s.get("kernel"):
+    # ------------------------------------------------------------------------------------------ kernels
+    def sessions(self) -> list[dict]:
+        with urllib.request.urlopen(f"{self.url}/api/sessions", timeout=30) as r:
+            return json.load(r)
+
+    def kernel_state(self, notebook: str) -> str | None:
+        for s in self.sessions():
+            if s.get("path", "").endswith(notebook) and s.get("kernel"):
                 return s["kernel"].get("execution_state")
         return None
 
-    def kernel_eval(self, code: str, timeout: float = 30.0) -> str:
-        """Run ``code`` in the notebook's kernel through a second client (for failure reports); its stdout."""
+    def kernel_eval(self, notebook: str, code: str, timeout: float = 60.0) -> str:
+        """Run ``code`` in the notebook's kernel through a second client (for failure reports); its output."""
         from pathlib import Path
 
         from jupyter_client import BlockingKernelClient
 
-        with urllib.request.urlopen(f"{self.url}/api/sessions", timeout=10) as r:
-            sessions = [s for s in json.load(r) if s.get("path", "").endswith(self.notebook)]
-        if not sessions or not self.runtime_dir:
+        found = [s for s in self.sessions() if s.get("path", "").endswith(notebook)]
+        if not found or not self.runtime:
             return "(no kernel session found)"
         client = BlockingKernelClient()
-        client.load_connection_file(str(Path(self.runtime_dir) / f"kernel-{sessions[0]['kernel']['id']}.json"))
+        client.load_connection_file(str(Path(self.runtime) / f"kernel-{found[0]['kernel']['id']}.json"))
         client.start_channels()
         out: list[str] = []
         try:
@@ -82,82 +118,93 @@ class LabPage:
                 raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
             self.page.wait_for_timeout(int(every * 1000))
 
-    # -------------------------------------------------------------------------------------------- open
-    def open(self) -> None:
-        self.page.goto(f"{self.url}/lab/tree/{self.notebook}?reset")
-        self.page.locator(".jp-NotebookPanel .jp-Notebook").first.wait_for(state="visible", timeout=120_000)
-        self.wait_until("the kernel to start", lambda: self._kernel_state() == "idle", timeout=120)
+    # ------------------------------------------------------------------------------------------ notebooks
+    def open(self, notebook: str) -> None:
+        """Open ``notebook`` as a new tab: through the URL for the first, from the file browser afterwards."""
+        if not self.opened:
+            self.page.goto(f"{self.url}/lab/tree/{notebook}?reset")
+        else:
+            self.page.locator(".jp-DirListing-itemText", has_text=re.compile(rf"^{re.escape(notebook)}$")).dblclick()
+        self.opened.append(notebook)
+        self.wait_until(f"{notebook} in front", lambda: self.front() == notebook, timeout=120)
+        self.page.locator(f"{ACTIVE} .jp-Notebook").first.wait_for(state="visible", timeout=120_000)
+        self.wait_until(f"the kernel of {notebook} to start", lambda: self.kernel_state(notebook) == "idle",
+                        timeout=240)
+
+    def front(self) -> str | None:
+        tab = self.page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel")
+        return tab.first.inner_text().strip() if tab.count() else None
+
+    def activate(self, notebook: str) -> None:
+        self.page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab",
+                          has=self.page.locator(".lm-TabBar-tabLabel", has_text=re.compile(
+                              rf"^{re.escape(notebook)}$"))).first.click()
+        self.wait_until(f"{notebook} in front", lambda: self.front() == notebook, timeout=60)
 
     def prompts(self) -> list[str]:
-        return self.page.eval_on_selector_all(
-            ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell .jp-InputPrompt",
-            "els => els.map(e => e.textContent.trim())")
+        return self.page.eval_on_selector_all(f"{ACTIVE} .jp-CodeCell .jp-InputPrompt",
+                                              "els => els.map(e => e.textContent.trim())")
 
-    def run_all(self, timeout: float = 240.0) -> None:
-        """Run > Run All Cells, then wait for every code cell to have an execution count."""
+    def run_all(self, notebook: str, timeout: float = 600.0) -> None:
+        """Run > Run All Cells in the notebook in front; wait until every code cell has run."""
         self.page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
         self.page.locator('.lm-Menu-item[data-command="runmenu:run-all"]').click()
 
         def finished() -> bool:
             prompts = self.prompts()
-            if any("*" in p for p in prompts):
-                return False
-            if self._kernel_state() != "idle":
-                return False
-            return True
+            return bool(prompts) and all(DONE_PROMPT.match(p) for p in prompts) and \
+                self.kernel_state(notebook) == "idle"
 
-        self.page.wait_for_timeout(1000)
-        self.wait_until("Run All to finish", finished, timeout=timeout)
+        self.wait_until(f"Run All of {notebook}", finished, timeout=timeout, every=1.0)
         errors = self.cell_errors()
-        assert not errors, f"{self.notebook}: cells raised in the browser kernel:\n" + "\n".join(errors)
-        prompts = self.prompts()
-        not_run = [i for i, p in enumerate(prompts) if not DONE_PROMPT.match(p)]
-        assert not not_run, f"{self.notebook}: code cells {not_run} did not run (prompts {prompts})"
+        assert not errors, f"{notebook}: cells raised in the browser kernel:\n" + "\n".join(errors)
 
     def cell_errors(self) -> list[str]:
         return self.page.eval_on_selector_all(
-            '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"], '
-            ".jp-OutputArea-output .jp-RenderedText[data-mime-type='application/vnd.jupyter.error']",
-            "els => els.filter(e => /Traceback|Error/.test(e.textContent)).map(e => e.textContent.slice(0, 2000))")
+            f"{ACTIVE} .jp-OutputArea-output[data-mime-type='application/vnd.jupyter.error']",
+            "els => els.map(e => e.textContent.slice(0, 2000))")
 
-    # ------------------------------------------------------------------------------------------- plots
-    def plots(self) -> Locator:
-        return self.page.locator(".js-plotly-plot")
-
-    def wait_for_plots(self, n: int = 1, timeout: float = 120.0) -> int:
-        """Wait until at least ``n`` plotly figures have drawn their SVG; returns how many there are."""
-        def rendered() -> int:
-            c = self.page.eval_on_selector_all(
-                ".js-plotly-plot", "els => els.filter(e => e.querySelector('svg.main-svg .cartesianlayer, "
-                "svg.main-svg .pielayer, svg.main-svg .polarlayer')).length")
-            return c if c >= n else 0
-
-        return self.wait_until(f"{n} plotly figure(s) to render", rendered, timeout=timeout)
-
-    def plot_signatures(self) -> list[str]:
-        """What each figure draws: the trace layers of every ``svg.main-svg`` (hover and modebar excluded)."""
+    def warning_boxes(self) -> list[str]:
+        """Everything a cell (or a widget output inside it) wrote to stderr: warnings, logged errors."""
         return self.page.eval_on_selector_all(
-            ".js-plotly-plot",
-            """els => els.map(el => Array.from(el.querySelectorAll('svg.main-svg'))
-                 .map(svg => Array.from(svg.children)
-                   .filter(c => !c.classList.contains('hoverlayer') && !c.classList.contains('modebar'))
-                   .map(c => c.outerHTML).join('')).join('|'))""",
-        )
+            f"{ACTIVE} .jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']",
+            "els => els.map(e => e.textContent.slice(0, 2000))")
 
-    def wait_for_plot_change(self, before: list[str], timeout: float = 60.0) -> list[int]:
-        """Wait until some figure draws something else than in ``before``; returns the changed indices."""
+    # ------------------------------------------------------------------------------------------ figures
+    def figures(self) -> list[dict]:
+        """What the notebook in front draws: one dict per plotly figure (see :data:`FIGURES_JS`)."""
+        return self.page.eval_on_selector_all(f"{ACTIVE} .js-plotly-plot", FIGURES_JS)
 
-        def changed() -> list[int]:
-            after = self.plot_signatures()
-            return [i for i, (a, b) in enumerate(zip(before, after)) if a != b] or (
-                [len(before)] if len(after) != len(before) else [])
+    def figure(self, view: str) -> dict:
+        found = [f for f in self.figures() if f["name"] == view]
+        assert len(found) == 1, f"expected one figure of view {view!r}, found {[f['name'] for f in self.figures()]}"
+        return found[0]
 
-        return self.wait_until("a plot to change", changed, timeout=timeout)
+    def wait_all_drawn(self, at_least: int, moment: str, timeout: float = 180.0) -> list[dict]:
+        """Wait until at least ``at_least`` figures are on the page and every one draws data; returns them."""
+        seen: list[list[dict]] = []
 
-    # ----------------------------------------------------------------------------------------- widgets
+        def all_drawn() -> list[dict] | None:
+            figs = self.figures()
+            seen.append(figs)
+            return figs if len(figs) >= at_least and all(f["drawn"] for f in figs) else None
+
+        try:
+            return self.wait_until(f"every figure drawn ({moment})", all_drawn, timeout=timeout)
+        except AssertionError as exc:
+            blank = [(f["name"] or "?", f["title"][:60], f["traces"]) for f in seen[-1] if not f["drawn"]]
+            raise AssertionError(f"{exc}: {len(seen[-1])} figures on the page, blank (view, title, traces): "
+                                 f"{blank}") from None
+
+    def wait_figure_change(self, view: str, before: dict, what: str, timeout: float = 90.0) -> dict:
+        return self.wait_until(f"figure {view!r} to draw new data after {what}",
+                               lambda: (f := self.figure(view))["sig"] != before["sig"] and f["drawn"] and f,
+                               timeout=timeout)
+
+    # ------------------------------------------------------------------------------------------ controls
     def slider(self, label: str) -> Locator:
-        """The ipywidgets slider whose description is exactly ``label``."""
-        found = self.page.locator(".widget-slider").filter(
+        """The ipywidgets slider whose description is exactly ``label`` (in the notebook in front)."""
+        found = self.page.locator(f"{ACTIVE} .widget-slider").filter(
             has=self.page.locator(".widget-label", has_text=re.compile(rf"^{re.escape(label)}$")))
         assert found.count() >= 1, f"no slider labelled {label!r}"
         return found.first
@@ -166,30 +213,41 @@ class LabPage:
         """Focus the slider's handle and press ``key``; returns the readout before and after."""
         s = self.slider(label)
         readout = s.locator(".widget-readout")
-        before = readout.inner_text() if readout.count() else ""
+        before = readout.inner_text()
         handle = s.locator(".noUi-handle").first
         handle.scroll_into_view_if_needed()
         handle.focus()
         for _ in range(times):
             handle.press(key)
         after = self.wait_until(f"slider {label!r} readout to change",
-                                lambda: (t := readout.inner_text()) != before and t, timeout=15)
+                                lambda: (t := readout.inner_text()) != before and t, timeout=30)
         return before, after
+
+    def select(self, label: str, value: str) -> None:
+        """Pick ``value`` in the Dropdown labelled ``label``."""
+        box = self.page.locator(f"{ACTIVE} .widget-dropdown").filter(
+            has=self.page.locator("label", has_text=re.compile(rf"^{re.escape(label)}$"))).first
+        box.locator("select").select_option(label=value)
+
+    def toggle(self, text: str) -> None:
+        self.page.locator(f"{ACTIVE} .widget-toggle-button", has_text=re.compile(rf"^\s*{re.escape(text)}\s*$")).click()
+
+    def button(self, text: str) -> Locator:
+        return self.page.locator(f"{ACTIVE} button.jupyter-button",
+                                 has_text=re.compile(rf"^\s*{re.escape(text)}\s*$")).first
 
     def output_text(self, pattern: str) -> str | None:
         """The text of the first widget output area (an ipywidgets ``Output``) matching ``pattern``, or None."""
-        texts = self.page.eval_on_selector_all(".jupyter-widgets.widget-output", "els => els.map(e => e.innerText)")
+        texts = self.page.eval_on_selector_all(f"{ACTIVE} .jupyter-widgets.widget-output",
+                                               "els => els.map(e => e.innerText)")
         return next((t for t in texts if re.search(pattern, t)), None)
-
-    def button(self, text: str) -> Locator:
-        return self.page.locator("button.jupyter-button", has_text=re.compile(rf"^\s*{re.escape(text)}\s*$")).first
 
     def status(self) -> str:
         """The training panel's status line: the HTML widget in the same row as the Train button."""
         row = self.button("Train").locator("xpath=..")
         return row.locator(".widget-html").last.inner_text().strip()
 
-    def wait_status(self, pattern: str, timeout: float = 120.0) -> str:
+    def wait_status(self, pattern: str, timeout: float = 180.0) -> str:
         rx = re.compile(pattern)
         seen: list[str] = []
 
@@ -204,11 +262,9 @@ class LabPage:
             raise AssertionError(f"{exc}; last status: {seen[-1:]!r}") from None
 
     def close(self) -> None:
-        """Close the page and shut its kernel down (kernels outlive pages; the next notebook needs the CPU)."""
+        """Close the page and shut down the kernels of the notebooks it opened."""
         self.page.close()
-        with urllib.request.urlopen(f"{self.url}/api/sessions", timeout=10) as r:
-            sessions = json.load(r)
-        for s in sessions:
-            if s.get("path", "").endswith(self.notebook):
+        for s in self.sessions():
+            if any(s.get("path", "").endswith(nb) for nb in self.opened):
                 req = urllib.request.Request(f"{self.url}/api/sessions/{s['id']}", method="DELETE")
-                urllib.request.urlopen(req, timeout=30).close()
+                urllib.request.urlopen(req, timeout=60).close()
