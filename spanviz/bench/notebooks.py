@@ -34,9 +34,10 @@ def notebook_runs(vocab_size: int = NOTEBOOK_VOCAB) -> dict[str, tuple[GPTConfig
     """Each notebook's default comparison as ``{run label: (GPTConfig, probes)}``.
 
     Mirrors the ``parameters`` cells of notebooks 00-03 and their panels' default controls: 00 one tiny GPT
-    (d_model 128, 4 heads, T 64); 01 standard vs kv8 [1000] (d_model 64, 2 heads of 32, T 64, SpanProbe
-    every 10); 02 MHSA vs LS (d_model 64, 4 heads of 16, T 128, 3 local heads p = 16, LogitProbe every 10);
-    03 one run with the FP8 probe every update (d_model 64, 4 heads, T 64). All 2 layers.
+    (d_model 128, 4 heads, T 64); 01 standard (twice: the second, with the next seed and no probe, is the
+    seed-noise band) vs kv8 [1000] (d_model 64, 2 heads of 32, T 64, SpanProbe every 10); 02 MHSA vs LS
+    (d_model 64, 4 heads of 16, T 128, 3 local heads p = 16, LogitProbe every 10); 03 one run with the FP8
+    probe every update (d_model 64, 4 heads, T 64). All 2 layers.
 
     Raises:
         ValueError: vocab_size not an integer >= 1 (from GPTConfig).
@@ -48,6 +49,7 @@ def notebook_runs(vocab_size: int = NOTEBOOK_VOCAB) -> dict[str, tuple[GPTConfig
     return {
         "00 tour": (GPTConfig(**nb, n_head=4, d_model=128, context_length=64), []),
         "01 standard": (spans_base, [spans.SpanProbe(every=10, cfg=span_probe)]),
+        "01 standard, next seed": (spans_base, []),  # the seed-noise band of notebook 01's Δ view
         "01 [1000]": (replace(spans_base, spans=span_probe), [spans.SpanProbe(every=10, cfg=span_probe)]),
         "02 MHSA": (ls_base, [lg.LogitProbe(every=10, entropy=False)]),
         "02 LS": (replace(ls_base, n_local=3, window=16), [lg.LogitProbe(every=10, entropy=False)]),
