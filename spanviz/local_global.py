@@ -12,8 +12,7 @@ p >= T is identical to a global head (every causal key is inside the window).
 
 Contents:
 
-* masks: :func:`head_mask_mod`, :func:`dense_mask`, :func:`block_mask` (cached FlexAttention block mask, tiles
-  of :func:`flex_block_size`);
+* masks: :func:`head_mask_mod`, :func:`dense_mask`, :func:`block_mask` (cached FlexAttention block mask);
 * backends computing the same function: :func:`explicit_attention` (exposes the logits),
   :func:`sdpa_attention` (boolean mask, causality folded in), :func:`flex_attention` (block-sparse,
   compiled, CUDA), and the dispatcher :func:`attention`;
@@ -142,26 +141,17 @@ def _dense_mask_cached(mask_mod: MaskMod, n_head: int, T: int, device: torch.dev
     return _cached(_DENSE_CACHE, mask_mod, key, lambda: dense_mask(mask_mod, n_head, T, device))
 
 
-def flex_block_size(mask_mod: MaskMod) -> int:
-    """Tile edge of FlexAttention's block mask for ``mask_mod``: 64 when it has local heads with a window
-    p <= 64, else 128 (FlexAttention's default).
-
-    A short band touches fewer key positions in 64×64 tiles than in 128×128 ones (at T 2048, p 50: 26.6 %
-    instead of 35.7 % of the causal tiles), and the kernel skips every empty tile. Measured on an H100 (bf16,
-    B 16, 6 heads × 32, 5 local): LS forward 0.30 ms with 64-tiles vs 0.65 ms with 128-tiles, forward +
-    backward 0.83 vs 1.26 ms (``spanviz bench --only ls``). Source: spanviz.
-    """
-    window = getattr(mask_mod, "window", None)
-    return 64 if getattr(mask_mod, "n_local", 0) and window is not None and window <= 64 else 128
-
-
 def block_mask(mask_mod: MaskMod, n_head: int, T: int, device: torch.device | str = "cuda"):
     """FlexAttention ``BlockMask`` for ``mask_mod`` over (H = n_head, T queries, T keys); cached.
 
-    Built with ``torch.nn.attention.flex_attention.create_block_mask(mask_mod, None, n_head, T, T,
-    BLOCK_SIZE=flex_block_size(mask_mod))`` (batch broadcast, one mask per head); tiles with no allowed pair
-    are skipped by the kernel, which is where local heads save time. The cache is keyed by (mask_mod
-    identity, H, T, device) and held weakly on mask_mod.
+    Built with ``torch.nn.attention.flex_attention.create_block_mask(mask_mod, None, n_head, T, T)`` (batch
+    broadcast, one mask per head, FlexAttention's default 128×128 tiles); tiles with no allowed pair are
+    skipped by the kernel, which is where local heads save time. The cache is keyed by (mask_mod identity, H,
+    T, device) and held weakly on mask_mod.
+
+    Why 128×128 and not 64×64 for short windows: on an H100 (torch 2.11) 64×64 tiles measured no faster for
+    p = 50 at T 2048 (direct compiled calls, 0.30 vs 0.32 ms forward), and FlexAttention failed to compile
+    them at all for 64 < T < 128 (``NoValidChoicesError``).
 
     Raises:
         ValueError: n_head or T not an integer >= 1.
@@ -172,9 +162,7 @@ def block_mask(mask_mod: MaskMod, n_head: int, T: int, device: torch.device | st
     _check_int("T", T, 1)
     device = torch.device(device)
     key = (n_head, T, str(device))
-    size = flex_block_size(mask_mod)
-    return _cached(_BLOCK_CACHE, mask_mod, key,
-                   lambda: create_block_mask(mask_mod, None, n_head, T, T, device=device, BLOCK_SIZE=size))
+    return _cached(_BLOCK_CACHE, mask_mod, key, lambda: create_block_mask(mask_mod, None, n_head, T, T, device=device))
 
 
 # ========================================================================================== backends

@@ -193,17 +193,6 @@ def test_tinygpt_explicit_and_sdpa_backends_agree_with_local_heads():
         torch.testing.assert_close(pe.grad, pf.grad, rtol=1e-4, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
 
 
-@pytest.mark.parametrize("n_local,window,tile", [(3, 16, 64), (5, 64, 64), (5, 65, 128), (0, None, 128)])
-def test_block_mask_tiles_follow_the_window_and_agree_with_sdpa(n_local, window, tile):
-    mask_mod = lg.head_mask_mod(n_local, window)
-    assert lg.flex_block_size(mask_mod) == tile
-    mask = lg.block_mask(mask_mod, 6, 200, "cpu")
-    assert tuple(mask.BLOCK_SIZE) == (tile, tile)
-    q, k, v = (torch.randn(1, 6, 200, 16, generator=torch.Generator().manual_seed(i)) for i in range(3))
-    torch.testing.assert_close(lg.flex_attention(q, k, v, mask_mod), lg.sdpa_attention(q, k, v, mask_mod),
-                               rtol=1e-5, atol=1e-5)
-
-
 def test_tinygpt_flex_backend_forward_on_cpu_matches_explicit():
     explicit, flex = _ls_model("explicit"), _ls_model("flex")
     flex.load_state_dict(explicit.state_dict())

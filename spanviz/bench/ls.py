@@ -7,10 +7,12 @@ shared machine hit all alike; medians compared. Cases:
 * ``dense_causal_sdpa`` — the baseline: ``scaled_dot_product_attention(..., is_causal=True)``;
 * ``ls_sdpa`` — SDPA with the LS boolean mask (dense mask: no work is skipped);
 * ``ls_explicit`` — explicit scores + mask + softmax (what the probes use);
-* CUDA only (d_head >= 16): ``ls_flex`` — compiled FlexAttention with the cached LS block mask (skips empty
-  tiles, 64×64 for windows <= 64, see :func:`spanviz.local_global.flex_block_size`: the path that can be
-  faster), ``dense_causal_flex`` — the same kernel with a causal block mask, so the LS speed-up can also be
-  read within one kernel, and ``ls_flex_block128`` — the LS mask in FlexAttention's default 128×128 tiles.
+* CUDA only (d_head >= 16): ``ls_flex`` — :func:`spanviz.local_global.flex_attention` (compiled FlexAttention with
+  the cached LS block mask, skipping empty 128×128 tiles: the path that can be faster; what the model calls),
+  ``dense_causal_flex`` — the same with a causal block mask, so the LS speed-up can also be read within one
+  kernel, ``ls_flex_direct`` — the compiled kernel called directly with an LS block mask of the same tiles
+  (the cost of the library's wrapper is the difference to ``ls_flex``), and ``ls_flex_direct_tiles64`` — the
+  same with 64×64 tiles.
   Also on CUDA, ``model``: the whole TinyGPT of the paper's shape (:func:`bench_ls_model`), LS on FlexAttention
   over MHSA on causal SDPA (FlashAttention), forward and train step.
 
@@ -139,9 +141,12 @@ def bench_ls(
     if on_cuda and local_global.flex_available() and d_head >= local_global.FLEX_MIN_D_HEAD:
         cases["ls_flex"] = lambda q, k, v: local_global.flex_attention(q, k, v, ls_mod)
         cases["dense_causal_flex"] = lambda q, k, v: local_global.flex_attention(q, k, v, causal_mod)
-        # The same kernel with FlexAttention's default 128×128 tiles (the library picks 64×64 for short windows).
-        tiles128 = _flex_with_tiles(ls_mod, n_head, T, dev, 128)
-        cases["ls_flex_block128"] = lambda q, k, v: tiles128(q, k, v)
+        # The same kernel called directly (no wrapper), with the library's 128×128 tiles and with 64×64 tiles.
+        direct128 = _flex_with_tiles(ls_mod, n_head, T, dev, 128)
+        cases["ls_flex_direct"] = lambda q, k, v: direct128(q, k, v)
+        if T >= 128:  # FlexAttention (torch 2.11) fails to compile 64×64 tiles for 64 < T < 128
+            direct64 = _flex_with_tiles(ls_mod, n_head, T, dev, 64)
+            cases["ls_flex_direct_tiles64"] = lambda q, k, v: direct64(q, k, v)
 
     g = torch.Generator().manual_seed(seed)
     shape = (batch, n_head, T, d_head)
@@ -190,7 +195,6 @@ def bench_ls(
     }
     if "ls_flex" in cases:
         out["flex_ratio_same_kernel"] = {p: ms["ls_flex"][p] / ms["dense_causal_flex"][p] for p in passes}
-        out["ls_block_size"] = local_global.flex_block_size(ls_mod)
         out["mask_shares_block64"] = mask_shares(T, n_head, n_local, window, block=64)
         out["model"] = bench_ls_model(dev, repeats=repeats, n_head=n_head, d_head=d_head, n_local=n_local,
                                       window=window, T=T, seed=seed)
