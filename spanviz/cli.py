@@ -909,7 +909,7 @@ def run_sweep(cmd: SweepCommand, executor: Any, data: Any, seeds: int | None, st
     try:
         with tqdm(desc=f"sweep {cmd.experiment}", unit="run") as bar:
             def progress(done: int, total: int, label: str = "") -> None:
-                outcomes[label.rpartition("(")[2].rstrip(")") if label.endswith(")") else "trained"] += 1
+                outcomes[next((k for k in ("replayed", "failed") if label.endswith(f"({k})")), "trained")] += 1
                 bar.total, bar.n = total, done
                 bar.set_postfix_str(label)
                 bar.refresh()

@@ -128,19 +128,19 @@ def test_failed_runs_are_printed_with_their_configuration(monkeypatch, capsys):
 # ================================================================================================= Ray
 @needs_ray
 def test_a_two_worker_ray_sweep_gives_the_local_per_seed_table(data, tmp_path, monkeypatch):
-    """spans_sweep on a local Ray cluster of 2 workers = the same sweep run locally, number for number (equal
-    torch threads per run); one progress report per run; every run stored by the worker that trained it."""
+    """spans_sweep on a local Ray cluster of 2 workers = the same sweep run locally, number for number (2 cores
+    split into 2 workers of 1 torch thread, as the local run has); one progress report per run; every run stored
+    by the worker that trained it."""
     kwargs = dict(size="cpu", seeds=2, steps=2, data=data, groups=("alphas", "control"),
                   model=dict(context_length=32, d_model=32), train=dict(batch_size=4, eval_iters=1))
-    threads = max(1, (os.cpu_count() or 1) // 2)  # what each of the 2 workers gets
-    torch.set_num_threads(threads)
-    local = spans_sweep(**kwargs, store=ResultsStore(tmp_path / "local"))
+    local = spans_sweep(**kwargs, store=ResultsStore(tmp_path / "local"))  # 1 torch thread (conftest)
 
     put_here = []  # puts made by this process: none, the workers stored every run before returning it
     real_put = ResultsStore.put
     monkeypatch.setattr(ResultsStore, "put", lambda store, record: put_here.append(record) or real_put(store, record))
     calls = []
     store = ResultsStore(tmp_path / "ray")
+    torch.set_num_threads(2)  # 2 cores here: 2 workers of 1 thread each
     distributed = spans_sweep(**kwargs, store=store, executor=RayExecutor(workers=2),
                               progress=lambda done, total, label: calls.append((done, total, label)))
 
@@ -154,7 +154,7 @@ def test_a_two_worker_ray_sweep_gives_the_local_per_seed_table(data, tmp_path, m
     expected = sorted(f"{row['variant']} seed {row['seed']}" for row in local["per_seed"])
     assert sorted(label for _, _, label in calls) == expected
     assert put_here == [] and len(store.list()) == 14
-    assert {record.environment["num_threads"] for _, record in store.records()} == {threads}
+    assert {record.environment["num_threads"] for _, record in store.records()} == {1}
 
 
 @needs_ray
@@ -265,3 +265,25 @@ def test_a_killed_sweep_on_an_existing_cluster_reruns_only_the_missing_runs(wiki
     rc = main(["sweep", "fp8", "--data-dir", str(wikitext_dir), *SPLITS, "--out", str(tmp_path / "local.json")])
     assert rc == 0, capsys.readouterr().err
     assert (tmp_path / "local.per_seed.csv").read_bytes() == (tmp_path / "ray.per_seed.csv").read_bytes()
+
+
+def test_bench_sweep_says_why_it_skips(monkeypatch):
+    from spanviz.bench.sweep import bench_sweep
+
+    assert "no data folder" in bench_sweep(None)["skipped"]
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    assert 'pip install "spanviz[distributed]"' in bench_sweep("/any/folder")["skipped"]
+
+
+@needs_ray
+def test_bench_sweep_times_both_executors_on_the_same_runs(wikitext_dir):
+    """Structure only (1 update per run, 1 pair): nothing here judges a time."""
+    from spanviz.bench.sweep import bench_sweep
+
+    res = bench_sweep(str(wikitext_dir), repeats=1, steps=1, seeds=1)
+    assert res["runs"] == 2 and res["workers"] == 2 and len(res["local_s"]) == len(res["ray_s"]) == 1
+    assert res["speedup"] == pytest.approx(res["local_s"][0] / res["ray_s"][0])
+    assert res["max_abs_diff_best_val_loss"] < 1e-3  # the same runs: only float summation order differs
+    assert res["meets_target"] == (res["speedup"] >= 1.5)
+    assert res["ceiling"] == pytest.approx(2 * res["one_run_s"]["threads_2"] / res["one_run_s"]["threads_1"])

@@ -210,7 +210,7 @@ def run_grid(
 
     todo = []
     for i, run in enumerate(grid):
-        config = run_config(run.model_cfg, run.train_cfg, data, run.probes, run.extra)
+        config = run_config(run.model_cfg, run.train_cfg, data, run.probes, run.extra) if store is not None else None
         record = store.get(config) if store is not None else None
         if record is None:
             todo.append(i)

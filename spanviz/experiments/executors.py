@@ -13,8 +13,9 @@ sent to the workers once. ``outcome`` is what ``fn`` returned or, from a distrib
   threads as they are set; an exception propagates at once.
 * :class:`RayExecutor` (``"ray"``, the optional extra ``pip install "spanviz[distributed]"``): each run is a
   Ray task — on a local cluster of ``workers`` processes started for the sweep (and shut down after it), or on
-  an existing cluster (``address``, else ``$RAY_ADDRESS``). On a local cluster each task gets
-  ``cpu_count // workers`` torch threads (at least 1), so tasks do not oversubscribe the cores; where the
+  an existing cluster (``address``, else ``$RAY_ADDRESS``). On a local cluster the cores are the torch threads
+  of this process (``torch.get_num_threads()``: the cores, or ``OMP_NUM_THREADS``) and each task gets
+  ``cores // workers`` of them (at least 1), so tasks do not oversubscribe the cores; where the
   cluster has GPUs and the runs may use one (device "auto" or "cuda"), each task holds one GPU (Ray sets
   ``CUDA_VISIBLE_DEVICES`` for it).
 
@@ -92,13 +93,13 @@ class RayExecutor:
 
     Args:
         workers: local cluster: its size, the tasks that run at a time (default: one per GPU when the runs use
-            GPUs, else one per CPU core); existing cluster: the most tasks in flight at once (default: as many
-            as the cluster schedules).
+            GPUs, else one per core, i.e. per torch thread of this process); existing cluster: the most tasks in
+            flight at once (default: as many as the cluster schedules).
         address: an existing cluster, e.g. ``"10.0.0.5:6379"`` or ``"ray://10.0.0.5:10001"``; None: the
             ``RAY_ADDRESS`` environment variable, else a local cluster. When this process already called
             ``ray.init``, that cluster is used (and not shut down).
-        threads_per_task: torch threads (and Ray CPUs) per task; default: ``cpu_count // workers`` (at least
-            1) on a local cluster, else 1.
+        threads_per_task: torch threads (and Ray CPUs) per task; default: ``torch.get_num_threads() //
+            workers`` (at least 1) on a local cluster, else 1.
     Raises:
         ValueError: workers / threads_per_task not None or an integer >= 1, address not None or a non-empty
             string. MissingExtraError: Ray is not installed.
@@ -131,9 +132,9 @@ class RayExecutor:
                 if not ray.is_initialized():  # a local cluster of `cap` slots, `threads` cores each
                     import torch
 
-                    gpus = torch.cuda.device_count() if gpu else 0
-                    cap = self.workers or gpus or os.cpu_count() or 1
-                    threads = self.threads_per_task or max(1, (os.cpu_count() or 1) // cap)
+                    cores = torch.get_num_threads()  # what a local sweep would use: the cores, or OMP_NUM_THREADS
+                    cap = self.workers or (torch.cuda.device_count() if gpu else 0) or cores
+                    threads = self.threads_per_task or max(1, cores // cap)
                     ray.init(address="local", num_cpus=cap * threads, **quiet)
                     started = True
         else:
