@@ -157,45 +157,6 @@ def test_a_two_worker_ray_sweep_gives_the_local_per_seed_table(data, tmp_path, m
     assert {record.environment["num_threads"] for _, record in store.records()} == {1}
 
 
-@needs_ray
-def test_a_failing_run_is_reported_with_its_configuration_and_the_others_are_kept(data, tmp_path, monkeypatch):
-    for key, value in LOCAL_CLUSTER_ENV.items():
-        monkeypatch.setenv(key, value)
-    import ray
-
-    model, train = tiny(data)
-    variants = {"good": (model, train), "bad": (model, replace(train, lr=2e-3))}
-
-    def swaps(name):  # a weight swap of layer 5 in a 2-layer model: fails at run time, on the worker
-        return [WeightSwap(at_step=0, scale_wq=2.0, layer=5)] if name == "bad" else []
-
-    store, labels = ResultsStore(tmp_path), []
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="warning")
-    try:  # one cluster for both sweeps (the executor uses a cluster this process started)
-        with pytest.raises(RunsFailedError) as caught:
-            run_grid(variants, [0, 1], data, store=store, callbacks_factory=swaps, executor=RayExecutor(workers=2),
-                     progress=lambda done, total, label: labels.append(label))
-        error = caught.value
-        assert sorted((f["variant"], f["seed"]) for f in error.failures) == [("bad", 0), ("bad", 1)]
-        for failure in error.failures:
-            assert failure["error"] == "ValueError: layer must be in [0, 2) for this model, got 5"
-            assert failure["config"]["train"]["lr"] == 2e-3 and failure["config"]["model"]["n_layer"] == 2
-            assert "spanviz/experiments/fp8.py" in failure["traceback"]  # the worker's frames, where it raised
-        assert [(r.config["variant"], r.status) for r in error.records] == [("good", "finished")] * 2
-        assert "2 of 4 runs failed" in str(error) and len(store.list()) == 2
-        assert sorted(labels) == ["bad seed 0 (failed)", "bad seed 1 (failed)", "good seed 0", "good seed 1"]
-
-        labels.clear()  # the cause fixed: only the failed runs train
-        records = run_grid(variants, [0, 1], data, store=store, executor=RayExecutor(workers=2),
-                           progress=lambda done, total, label: labels.append(label))
-        assert sorted(labels) == ["bad seed 0", "bad seed 1", "good seed 0 (replayed)", "good seed 1 (replayed)"]
-        assert [(r.config["variant"], r.config["seed"]) for r in records] == [
-            ("good", 0), ("good", 1), ("bad", 0), ("bad", 1)]  # grid order, whatever order they finished in
-        assert len(store.list()) == 4
-    finally:
-        ray.shutdown()
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -287,3 +248,76 @@ def test_bench_sweep_times_both_executors_on_the_same_runs(wikitext_dir):
     assert res["max_abs_diff_best_val_loss"] < 1e-3  # the same runs: only float summation order differs
     assert res["meets_target"] == (res["speedup"] >= 1.5)
     assert res["ceiling"] == pytest.approx(2 * res["one_run_s"]["threads_2"] / res["one_run_s"]["threads_1"])
+
+
+# ============================== tests sharing one cluster, started last: the tests above start their own
+@pytest.fixture(scope="module")
+def cluster():
+    """A local Ray cluster of 2 CPUs and 2 *declared* GPUs (Ray schedules them; torch sees none here)."""
+    if not HAS_RAY:
+        pytest.skip('Ray is not installed: pip install "spanviz[distributed]" (CI installs it)')
+    saved = {key: os.environ.get(key) for key in LOCAL_CLUSTER_ENV}
+    os.environ.update(LOCAL_CLUSTER_ENV)  # loopback only, no usage statistics
+    import ray
+
+    ray.init(address="local", num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the probe below travels to the workers
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+class VisibleGPUs:
+    """A probe: how many GPUs the task may see (``CUDA_VISIBLE_DEVICES``, which Ray sets per task)."""
+
+    name, every = "visible", 100
+
+    def __call__(self, trainer):
+        return {"visible/gpus": len([g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g])}
+
+
+@needs_ray
+def test_each_run_holds_one_gpu_where_the_cluster_has_gpus(cluster, data):
+    model, train = tiny(data)
+    for device, expected in (("auto", 1), ("cpu", 0)):  # "auto" may use a GPU: it asks for one; "cpu" does not
+        records = run_grid({"a": (model, replace(train, device=device))}, [0, 1], data, executor=RayExecutor(workers=2),
+                           probes_factory=lambda name, cfg: [VisibleGPUs()])
+        assert [r.history["visible/gpus"][-1] for r in records] == [expected, expected], device
+
+
+@needs_ray
+def test_a_failing_run_is_reported_with_its_configuration_and_the_others_are_kept(cluster, data, tmp_path):
+    model, train = tiny(data)
+    variants = {"good": (model, train), "bad": (model, replace(train, lr=2e-3))}
+
+    def swaps(name):  # a weight swap of layer 5 in a 2-layer model: fails at run time, on the worker
+        return [WeightSwap(at_step=0, scale_wq=2.0, layer=5)] if name == "bad" else []
+
+    store, labels = ResultsStore(tmp_path), []
+    # one cluster for both sweeps (the executor uses the cluster this process started)
+    with pytest.raises(RunsFailedError) as caught:
+        run_grid(variants, [0, 1], data, store=store, callbacks_factory=swaps, executor=RayExecutor(workers=2),
+                 progress=lambda done, total, label: labels.append(label))
+    error = caught.value
+    assert sorted((f["variant"], f["seed"]) for f in error.failures) == [("bad", 0), ("bad", 1)]
+    for failure in error.failures:
+        assert failure["error"] == "ValueError: layer must be in [0, 2) for this model, got 5"
+        assert failure["config"]["train"]["lr"] == 2e-3 and failure["config"]["model"]["n_layer"] == 2
+        assert "spanviz/experiments/fp8.py" in failure["traceback"]  # the worker's frames, where it raised
+    assert [(r.config["variant"], r.status) for r in error.records] == [("good", "finished")] * 2
+    assert "2 of 4 runs failed" in str(error) and len(store.list()) == 2
+    assert sorted(labels) == ["bad seed 0 (failed)", "bad seed 1 (failed)", "good seed 0", "good seed 1"]
+
+    labels.clear()  # the cause fixed: only the failed runs train
+    records = run_grid(variants, [0, 1], data, store=store, executor=RayExecutor(workers=2),
+                       progress=lambda done, total, label: labels.append(label))
+    assert sorted(labels) == ["bad seed 0", "bad seed 1", "good seed 0 (replayed)", "good seed 1 (replayed)"]
+    assert [(r.config["variant"], r.config["seed"]) for r in records] == [
+        ("good", 0), ("good", 1), ("bad", 0), ("bad", 1)]  # grid order, whatever order they finished in
+    assert len(store.list()) == 4

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import logging
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -124,7 +125,7 @@ class RayExecutor:
             return
         address = self.address or os.environ.get("RAY_ADDRESS") or None
         started, cap, threads = False, self.workers, self.threads_per_task or 1
-        quiet = dict(include_dashboard=False, log_to_driver=False, logging_level="warning")
+        quiet = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
         if address is None:
             with _environment(LOCAL_CLUSTER_ENV):  # read by `import ray` and by the processes ray.init starts
                 import ray
