@@ -237,19 +237,6 @@ def test_bench_sweep_says_why_it_skips(monkeypatch):
     assert 'pip install "spanviz[distributed]"' in bench_sweep("/any/folder")["skipped"]
 
 
-@needs_ray
-def test_bench_sweep_times_both_executors_on_the_same_runs(wikitext_dir):
-    """Structure only (1 update per run, 1 pair): nothing here judges a time."""
-    from spanviz.bench.sweep import bench_sweep
-
-    res = bench_sweep(str(wikitext_dir), repeats=1, steps=1, seeds=1)
-    assert res["runs"] == 2 and res["workers"] == 2 and len(res["local_s"]) == len(res["ray_s"]) == 1
-    assert res["speedup"] == pytest.approx(res["local_s"][0] / res["ray_s"][0])
-    assert res["max_abs_diff_best_val_loss"] < 1e-3  # the same runs: only float summation order differs
-    assert res["meets_target"] == (res["speedup"] >= 1.5)
-    assert res["ceiling"] == pytest.approx(2 * res["one_run_s"]["threads_2"] / res["one_run_s"]["threads_1"])
-
-
 # ============================== tests sharing one cluster, started last: the tests above start their own
 @pytest.fixture(scope="module")
 def cluster():
@@ -321,3 +308,16 @@ def test_a_failing_run_is_reported_with_its_configuration_and_the_others_are_kep
     assert [(r.config["variant"], r.config["seed"]) for r in records] == [
         ("good", 0), ("good", 1), ("bad", 0), ("bad", 1)]  # grid order, whatever order they finished in
     assert len(store.list()) == 4
+
+
+@needs_ray
+def test_bench_sweep_times_both_executors_on_the_same_runs(cluster, wikitext_dir):
+    """Structure only (1 update per run, 1 pair, the shared cluster): nothing here judges a time."""
+    from spanviz.bench.sweep import bench_sweep
+
+    res = bench_sweep(str(wikitext_dir), repeats=1, steps=1, seeds=1)
+    assert res["runs"] == 2 and res["workers"] == 2 and len(res["local_s"]) == len(res["ray_s"]) == 1
+    assert res["speedup"] == pytest.approx(res["local_s"][0] / res["ray_s"][0])
+    assert res["max_abs_diff_best_val_loss"] < 1e-3  # the same runs: only float summation order differs
+    assert res["meets_target"] == (res["speedup"] >= 1.5)
+    assert res["ceiling"] == pytest.approx(2 * res["one_run_s"]["threads_2"] / res["one_run_s"]["threads_1"])
