@@ -231,6 +231,12 @@ class SweepCommand:
     """replay runs the results store has, keep new ones (--no-store: train everything, keep nothing)."""
     out: Path | None = None
     """write the summary as JSON to this .json file, and the per-seed table beside it (.per_seed.json/.csv)."""
+    executor: Literal["local", "ray"] = "local"
+    """local: one run after another in this process; ray: each run a Ray task (pip install "spanviz[distributed]")."""
+    workers: int | None = None
+    """--executor ray: runs at a time (a local cluster of N workers; default one per GPU, else one per CPU core)."""
+    address: str | None = None
+    """--executor ray: an existing Ray cluster, HOST:PORT (default: $RAY_ADDRESS, else a local cluster)."""
     data: Annotated[DataOptions, tyro.conf.OmitArgPrefixes] = DataOptions()
     verbose: bool = False
     """log at INFO level."""
@@ -807,6 +813,7 @@ def cmd_sweep(cmd: SweepCommand) -> int:
         raise UsageError(f"--steps {cmd.steps}: must be an integer >= {low}")
     if cmd.scenario is not None and experiment != "fp8":
         raise UsageError(f"--scenario {cmd.scenario}: applies to sweep fp8 only")
+    executor = sweep_executor(cmd)
     model = parse_overrides(cmd.model, "--model", ModelOverrides)
     train = parse_overrides(cmd.train, "--train", TrainOverrides)
     seeds, steps = cmd.seeds, cmd.steps
@@ -845,7 +852,9 @@ def cmd_sweep(cmd: SweepCommand) -> int:
             raise UsageError(f"--out {cmd.out}: must end in .json (the per-seed table is written beside it)")
         check_writable_folder(cmd.out.parent, f"--out {cmd.out}")
     data = load_data(settings)
-    result = run_sweep(cmd, data, seeds, steps, model, train)
+    result = run_sweep(cmd, executor, data, seeds, steps, model, train)
+    if result is None:
+        return 1
     print_sweep(result)
     if cmd.out is not None:  # the summary, and the per-seed table beside it (.per_seed.json / .per_seed.csv)
         from spanviz.experiments import save_sweep
@@ -854,27 +863,72 @@ def cmd_sweep(cmd: SweepCommand) -> int:
     return 0
 
 
-def run_sweep(cmd: SweepCommand, data: Any, seeds: int | None, steps: int | None, model: dict, train: dict
-              ) -> dict[str, Any]:
+def sweep_executor(cmd: SweepCommand) -> Any:
+    """The executor of ``--executor`` / ``--workers`` / ``--address``, checked before any data is read.
+
+    Raises:
+        UsageError: --workers < 1, --workers / --address without --executor ray, or Ray not installed (the
+            message says how to install it).
+    """
+    from spanviz.experiments.executors import MissingExtraError, make_executor
+
+    if cmd.workers is not None and cmd.workers < 1:
+        raise UsageError(f"--workers {cmd.workers}: must be a number of workers >= 1")
+    if cmd.executor == "local" and (cmd.workers is not None or cmd.address is not None):
+        given = "--workers" if cmd.workers is not None else "--address"
+        raise UsageError(f"{given} applies to --executor ray (the local executor trains one run after another)")
+    try:
+        return make_executor(cmd.executor, workers=cmd.workers, address=cmd.address)
+    except MissingExtraError:
+        raise UsageError(f'--executor {cmd.executor} needs Ray, an optional extra: pip install '
+                         '"spanviz[distributed]"') from None
+    except ValueError as error:
+        raise UsageError(f"--address {cmd.address}: {error}") from None
+
+
+def run_sweep(cmd: SweepCommand, executor: Any, data: Any, seeds: int | None, steps: int | None, model: dict,
+              train: dict) -> dict[str, Any] | None:
+    """Run the sweep with one progress bar over its runs; print how many were replayed and trained.
+
+    Returns the sweep's result, or None after printing the runs that failed (each with its configuration).
+    """
     from tqdm.auto import tqdm
 
+    from spanviz.experiments.core import RunsFailedError
+    from spanviz.store import ResultsStore
+
     sweep = sweep_function(cmd.experiment)
-    kwargs: dict[str, Any] = dict(data=data, model=model or None, train=train or None)
+    kwargs: dict[str, Any] = dict(data=data, model=model or None, train=train or None, executor=executor)
     if steps is not None:
         kwargs["steps"] = steps
     if cmd.scenario is not None:
         kwargs["scenarios"] = (cmd.scenario,)
     if seeds is not None:
         kwargs["seeds"] = seeds
-    from spanviz.store import ResultsStore
+    outcomes = {"replayed": 0, "trained": 0, "failed": 0}
+    try:
+        with tqdm(desc=f"sweep {cmd.experiment}", unit="run") as bar:
+            def progress(done: int, total: int, label: str = "") -> None:
+                outcomes[next((k for k in ("replayed", "failed") if label.endswith(f"({k})")), "trained")] += 1
+                bar.total, bar.n = total, done
+                bar.set_postfix_str(label)
+                bar.refresh()
 
-    with tqdm(desc=f"sweep {cmd.experiment}", unit="run") as bar:
-        def progress(done: int, total: int, label: str = "") -> None:
-            bar.total, bar.n = total, done
-            bar.set_postfix_str(label)
-            bar.refresh()
-
-        return sweep(size=cmd.size, store=ResultsStore() if cmd.store else None, progress=progress, **kwargs)
+            result = sweep(size=cmd.size, store=ResultsStore() if cmd.store else None, progress=progress, **kwargs)
+    except RunsFailedError as error:
+        for failure in error.failures:
+            print(f"spanviz sweep: run {failure['variant']} seed {failure['seed']} failed: {failure['error']}\n"
+                  f"  configuration: {json.dumps(failure['config'], separators=(',', ':'))}", file=sys.stderr)
+            if cmd.verbose and failure["traceback"]:
+                print(failure["traceback"], file=sys.stderr)
+        kept = ("they are in the results store: run the same command again and only the failed runs train"
+                if cmd.store else "--no-store kept nothing")
+        print(f"spanviz sweep: {len(error.failures)} of {error.total} runs failed; "
+              f"the other {len(error.records)} finished ({kept})", file=sys.stderr)
+        return None
+    print(f"{sum(outcomes.values())} runs: {outcomes['replayed']} replayed from the results store, "
+          f"{outcomes['trained']} trained ({cmd.executor} executor)")
+    return result
 
 
 def print_sweep(result: Mapping[str, Any]) -> None:

@@ -8,6 +8,12 @@ Layout: ``<root>/<key>.json``, one :class:`~spanviz.train.RunRecord` per file, w
 file in the same folder, then ``os.replace``). Default root: ``$SPANVIZ_HOME/runs``, with ``SPANVIZ_HOME``
 defaulting to ``~/.cache/spanviz``.
 
+Concurrent writers are safe, across processes too (the workers of a distributed sweep, two sweeps at once):
+each writer has its own temporary file and ``os.replace`` swaps whole files, so a reader sees no file or a
+complete one, never a mix; when two processes store the same key, one complete record wins (both hold the same
+configuration). A writer killed mid-write leaves only its hidden temporary file (``.<key>.json.*.tmp``), which
+listings ignore. Nothing is locked, so nothing waits.
+
 Key: sha256 of the canonical JSON (sorted keys, no spaces, ASCII) of the record's whole ``config`` — model,
 train (seed included), data description, probes and any experiment entries (``variant``, ``seed``, ``tags``)
 — with two exceptions: ``config["data"]["source"]`` (a machine-specific folder, or the hub id) is left out,

@@ -325,3 +325,58 @@ def test_checkpoint_cadence_does_not_change_the_key():
     assert config_key({**base, "train": {**base["train"], "checkpoint_interval": None}}) == \
         config_key({**base, "train": {**base["train"], "checkpoint_interval": 0}}) == \
         config_key({**base, "train": {**base["train"], "checkpoint_interval": 7}})
+
+
+# ====================================================================================== concurrent writers
+_WRITER = r"""
+import sys
+from spanviz.store import ResultsStore
+from spanviz.train import RunRecord
+
+root, writer, rounds, keys = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+store = ResultsStore(root)
+for r in range(rounds):
+    for k in range(keys):
+        n = 20_000  # ~0.4 MB per record: a write takes long enough for writers and readers to overlap
+        config = {"model": {"d_model": 64}, "train": {"seed": k}, "data": {}, "probes": [], "variant": "v",
+                  "seed": k, "tags": {}}
+        store.put(RunRecord(config=config, environment={"writer": writer, "round": r},
+                            history={"step": list(range(n)), "train_loss": [float(writer)] * n}, status="finished"))
+print("done", flush=True)
+"""
+
+
+def test_concurrent_writers_in_several_processes_never_leave_a_partial_record(tmp_path):
+    """Four processes store the same keys over and over while this one reads them: every read is a whole record
+    (its config hashes to its key, its curves are complete, all from one writer), and a writer killed mid-write
+    leaves only a hidden temporary file that listings ignore."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    root = tmp_path / "runs"
+    keys, rounds = 3, 12
+    writers = [subprocess.Popen([sys.executable, "-c", _WRITER, str(root), str(w), str(rounds), str(keys)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for w in range(4)]
+    store, reads = ResultsStore(root), 0
+    victim = writers[-1]
+    while any(w.poll() is None for w in writers[:-1]):
+        for key in store.list():
+            record = store.load(key)  # ValueError on a partial or mixed file
+            history = record.history
+            assert len(history["step"]) == len(history["train_loss"]) == 20_000
+            assert set(history["train_loss"]) == {float(record.environment["writer"])}
+            reads += 1
+        if reads > 20 and victim.poll() is None:
+            os.kill(victim.pid, signal.SIGKILL)  # mid-way through its writes
+    for w in writers[:-1]:
+        out, err = w.communicate(timeout=120)
+        assert w.returncode == 0 and out.strip() == "done", err
+    victim.wait(timeout=60)
+    assert reads > 20, "the reader never overlapped the writers"
+    good, bad = store.scan()
+    assert len(good) == keys and bad == []
+    assert all(len(r.history["step"]) == 20_000 for r in good.values())
+    leftovers = [p.name for p in root.iterdir() if not p.name.endswith(".json")]
+    assert all(name.startswith(".") and name.endswith(".tmp") for name in leftovers), leftovers

@@ -8,6 +8,7 @@ Sections (each in its own module, each returning a JSON-ready dict):
 * ``fp8``     — spectral norms and power iteration as a share of a train step (:mod:`.fp8`)
 * ``widgets`` — slider-to-figure latency and live-dashboard overhead (:mod:`.widgets`)
 * ``notebooks`` — tokens/s of each notebook's default runs on this device (:mod:`.notebooks`)
+* ``sweep``   — an 8-run CPU sweep on the local executor vs Ray with 2 workers, wall time (:mod:`.sweep`)
 
 Nothing here asserts a time: the targets are printed next to the measurements.
 """
@@ -34,6 +35,7 @@ SECTIONS: dict[str, tuple[str, str]] = {
     "fp8": ("spanviz.bench.fp8", "bench_fp8"),
     "widgets": ("spanviz.bench.widgets", "bench_widgets"),
     "notebooks": ("spanviz.bench.notebooks", "bench_notebooks"),
+    "sweep": ("spanviz.bench.sweep", "bench_sweep"),
 }
 
 

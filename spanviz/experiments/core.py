@@ -3,7 +3,9 @@
 The technique experiments (:mod:`spanviz.experiments.spans`, ``ls``, ``fp8``) describe *what* to compare as
 named ``(GPTConfig, TrainConfig)`` variants; this module trains each variant with each seed — or replays it
 from a :class:`~spanviz.store.ResultsStore` when the same full configuration ran before — and reduces the runs
-to a per-seed table and one row per variant with an honest verdict about the seed-to-seed noise.
+to a per-seed table and one row per variant with an honest verdict about the seed-to-seed noise. The runs to
+train go to an executor (:mod:`spanviz.experiments.executors`): one after another in this process, or as tasks
+on a Ray cluster, each finished run entering the store as it completes.
 
 Statistics (SciPy): runs with the same seed share initial weights, batch order and evaluation batches, so each
 comparison is a **paired** t-test on the per-seed differences (95 % confidence interval, t, df, p), with
@@ -15,6 +17,7 @@ verdicts, read its per-seed file (:func:`read_per_seed`) and call :func:`compare
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -24,12 +27,13 @@ import os
 import statistics
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from scipy import stats
 
+from spanviz.experiments.executors import Executor, LocalExecutor, make_executor
 from spanviz.files import atomic_write
 from spanviz.model import GPTConfig
 from spanviz.store import STORABLE, ResultsStore
@@ -64,6 +68,53 @@ def seed_list(seeds: int | Sequence[int]) -> list[int]:
     return seeds
 
 
+@dataclass(frozen=True)
+class GridRun:
+    """One (variant, seed) of :func:`run_grid`, everything a worker needs to train it (picklable)."""
+
+    variant: str
+    seed: int
+    model_cfg: GPTConfig
+    train_cfg: TrainConfig
+    probes: tuple[Probe, ...]
+    callbacks: tuple[Callable[[Trainer, dict[str, Any]], None], ...]
+    extra: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        return f"{self.variant} seed {self.seed}"
+
+
+def train_run(run: GridRun, shared: tuple[Any, ResultsStore | None]) -> RunRecord:
+    """Train one grid run and put it into the store when it finished or diverged (on a worker, or here)."""
+    data, store = shared
+    trainer = Trainer(run.model_cfg, run.train_cfg, data, probes=run.probes, callbacks=run.callbacks,
+                      extra_config=run.extra)
+    record = trainer.run()
+    if store is not None and record.status in STORABLE:
+        try:
+            store.put(record)
+        except OSError as error:  # e.g. a worker on another machine without that folder: run_grid stores it
+            logger.warning("results store %s not writable here (%s); the sweep's process stores the run",
+                           store.root, error)
+    return record
+
+
+class RunsFailedError(RuntimeError):
+    """Runs of a grid raised on their workers; the others finished (and are in the results store).
+
+    Attributes:
+        failures: one dict per failed run: ``variant``, ``seed``, ``error`` ("Type: message"), ``traceback``
+            (the worker's), ``config`` (``{"model": ..., "train": ...}`` as dicts).
+        records: the runs that did finish or replay, in grid order. total: the runs of the grid.
+    """
+
+    def __init__(self, failures: list[dict[str, Any]], records: list[RunRecord], total: int) -> None:
+        self.failures, self.records, self.total = failures, records, total
+        listed = "; ".join(f"{f['variant']} seed {f['seed']}: {f['error']}" for f in failures)
+        super().__init__(f"{len(failures)} of {total} runs failed ({listed})")
+
+
 def run_grid(
     variants: Mapping[str, tuple[GPTConfig, TrainConfig]],
     seeds: Sequence[int],
@@ -75,15 +126,17 @@ def run_grid(
     tags: Mapping[str, Any] | None = None,
     callbacks: Sequence[Callable[[Trainer, dict[str, Any]], None]] = (),
     callbacks_factory: Callable[[str], Sequence[Callable[[Trainer, dict[str, Any]], None]]] | None = None,
+    executor: str | Executor = "local",
 ) -> list[RunRecord]:
     """Train every variant with every seed, or replay it from ``store``; returns the records in grid order.
 
     Each run uses the variant's configs with ``TrainConfig.seed`` replaced by the seed, and its
     ``record.config`` carries ``variant`` (the name), ``seed`` and ``tags`` (``{}`` when None) next to model,
-    train, data and probes — all part of the store key. A configuration found in ``store`` is replayed
-    (no training); a new run is put into ``store`` when it finished or diverged. A run that ends "stopped"
-    (e.g. a UI Stop button: a callback called ``trainer.request_stop()``) ends the grid: the records so far
-    are returned. Ctrl-C propagates (``KeyboardInterrupt``) after the trainer saved its record.
+    train, data and probes — all part of the store key. Every configuration found in ``store`` is replayed
+    first (no training); the others go to ``executor``, and each new run is put into ``store`` as soon as it
+    finished or diverged (by the worker that trained it). A run that ends "stopped" (e.g. a UI Stop button: a
+    callback called ``trainer.request_stop()``) ends the grid: the records so far are returned. Ctrl-C
+    propagates (``KeyboardInterrupt``) after the trainer saved its record.
 
     Args:
         variants: name → (model config, train config); names are non-empty strings, e.g. "standard", "qk4".
@@ -92,16 +145,25 @@ def run_grid(
         store: where to look up and keep runs; None = always train, keep nothing.
         probes_factory: ``fn(variant_name, model_cfg) -> probes``, called once per run (fresh probe objects,
             whose descriptions are part of the key).
-        progress: ``fn(done, total, label)`` after each run, label e.g. ``"qk4 seed 1 (replayed)"``.
+        progress: ``fn(done, total, label)`` after each run (replayed ones first, then as runs finish), label
+            e.g. ``"qk4 seed 1 (replayed)"``, ``"qk4 seed 1"`` or ``"qk4 seed 1 (failed)"``.
         tags: JSON-able experiment tags (e.g. ``{"experiment": "spans"}``), stored in ``config["tags"]``.
-        callbacks: trainer callbacks ``cb(trainer, row)`` for every trained run (e.g. live plots).
+        callbacks: trainer callbacks ``cb(trainer, row)`` for every trained run (e.g. live plots); local
+            executor only (they observe this process).
         callbacks_factory: ``fn(variant_name) -> callbacks``, called once per trained run, for callbacks that
             are part of the experiment (e.g. a weight swap): describe what they do in ``tags``, which are part
-            of the key — the callbacks themselves are not.
+            of the key — the callbacks themselves are not. They travel to the workers.
+        executor: ``"local"`` (one run after another in this process), ``"ray"`` (Ray tasks on a local
+            cluster, one worker per core; ``pip install "spanviz[distributed]"``) or an executor object, e.g.
+            ``RayExecutor(workers=2)`` (see :mod:`spanviz.experiments.executors`). With equal torch threads
+            per run, every executor gives the same records for the same seeds (CPU).
     Returns:
         One :class:`RunRecord` per (variant, seed), variant-major, in the order given.
     Raises:
-        ValueError: bad variants, seeds or tags — before any training.
+        ValueError: bad variants, seeds, tags or executor, or ``callbacks`` with a distributed executor — before
+            any training. MissingExtraError: executor "ray" without Ray installed.
+        RunsFailedError: some runs raised on a distributed executor; every other run finished first and is in
+            ``store`` (the local executor lets the first exception propagate, as it always did).
     """
     if not isinstance(variants, Mapping) or not variants:
         raise ValueError(f"variants must be a non-empty mapping name → (GPTConfig, TrainConfig), got {variants!r}")
@@ -123,31 +185,62 @@ def run_grid(
         raise ValueError(f"tags must be a mapping or None, got {tags!r}")
     tags = dict(tags or {})
     to_json_text(tags)  # JSON-able, or ValueError now rather than after training
+    executor = make_executor(executor)
+    if callbacks and not isinstance(executor, LocalExecutor):
+        raise ValueError(f"callbacks observe runs in this process, but {executor!r} trains them elsewhere: pass "
+                         "callbacks only with the local executor (progress reports every finished run)")
 
-    total = len(variants) * len(seeds)
-    records: list[RunRecord] = []
-    for name, (model_cfg, train_cfg) in variants.items():
-        for seed in seeds:
-            seeded = replace(train_cfg, seed=seed)
-            probes = tuple(probes_factory(name, model_cfg)) if probes_factory is not None else ()
-            extra = {"variant": name, "seed": seed, "tags": tags}
-            record = store.get(run_config(model_cfg, seeded, data, probes, extra)) if store is not None else None
-            replayed = record is not None
-            if record is None:
-                run_callbacks = [*callbacks, *(callbacks_factory(name) if callbacks_factory is not None else ())]
-                trainer = Trainer(model_cfg, seeded, data, probes=probes, callbacks=run_callbacks, extra_config=extra)
-                record = trainer.run()
-                if store is not None and record.status in STORABLE:
-                    store.put(record)
-            records.append(record)
-            label = f"{name} seed {seed}" + (" (replayed)" if replayed else "")
-            logger.info("run_grid %d/%d: %s: %s", len(records), total, label, record.status)
-            if progress is not None:
-                progress(len(records), total, label)
-            if record.status == "stopped":
-                logger.info("run_grid: %s was stopped; ending the grid", label)
-                return records
-    return records
+    grid = [
+        GridRun(name, seed, model_cfg, replace(train_cfg, seed=seed),
+                tuple(probes_factory(name, model_cfg)) if probes_factory is not None else (), (),
+                {"variant": name, "seed": seed, "tags": tags})
+        for name, (model_cfg, train_cfg) in variants.items()
+        for seed in seeds
+    ]  # fmt: skip
+    total, done = len(grid), 0
+    records: dict[int, RunRecord] = {}
+
+    def report(run: GridRun, outcome: str) -> None:
+        nonlocal done
+        done += 1
+        label = run.label + (f" ({outcome})" if outcome in ("replayed", "failed") else "")
+        logger.info("run_grid %d/%d: %s: %s", done, total, label, outcome)
+        if progress is not None:
+            progress(done, total, label)
+
+    todo = []
+    for i, run in enumerate(grid):
+        config = run_config(run.model_cfg, run.train_cfg, data, run.probes, run.extra) if store is not None else None
+        record = store.get(config) if store is not None else None
+        if record is None:
+            todo.append(i)
+        else:
+            records[i] = record
+            report(run, "replayed")
+    tasks = [replace(grid[i], callbacks=(*callbacks, *(callbacks_factory(grid[i].variant) if callbacks_factory
+                                                        else ()))) for i in todo]  # fmt: skip
+    gpu = any(t.train_cfg.device == "auto" or t.train_cfg.device.startswith("cuda") for t in tasks)
+    failures = []
+    with contextlib.closing(executor.map(train_run, tasks, (data, store), gpu=gpu)) as outcomes:
+        for j, outcome in outcomes:
+            run = tasks[j]
+            if isinstance(outcome, BaseException):
+                failures.append({"variant": run.variant, "seed": run.seed, "error": str(outcome),
+                                 "traceback": getattr(outcome, "traceback", ""),
+                                 "config": {"model": run.model_cfg.to_dict(), "train": run.train_cfg.to_dict()}})
+                report(run, "failed")
+                continue
+            if store is not None and outcome.status in STORABLE and outcome not in store:
+                store.put(outcome)  # a worker on another machine wrote to its own disk
+            records[todo[j]] = outcome
+            report(run, outcome.status)
+            if outcome.status == "stopped":
+                logger.info("run_grid: %s was stopped; ending the grid", run.label)
+                break
+    ordered = [records[i] for i in sorted(records)]
+    if failures:
+        raise RunsFailedError(failures, ordered, total)
+    return ordered
 
 
 def metric_value(record: RunRecord, metric: str | Callable[[RunRecord], float | None]) -> float | None:
@@ -589,6 +682,6 @@ def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | Non
     return "\n".join(lines)
 
 
-__all__ = ["ALPHA", "CONFIDENCE", "METRICS", "compare_groups", "describe_comparison", "format_table", "holm",
-           "metric_value", "paired_comparison", "per_seed_table", "read_per_seed", "run_grid", "save_sweep",
-           "seed_list", "summarize"]
+__all__ = ["ALPHA", "CONFIDENCE", "METRICS", "GridRun", "RunsFailedError", "compare_groups", "describe_comparison",
+           "format_table", "holm", "metric_value", "paired_comparison", "per_seed_table", "read_per_seed", "run_grid",
+           "save_sweep", "seed_list", "summarize", "train_run"]

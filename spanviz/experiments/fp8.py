@@ -37,6 +37,7 @@ import torch
 
 from spanviz import fp8
 from spanviz.experiments.core import compare_groups, run_grid, seed_list
+from spanviz.experiments.executors import Executor, make_executor
 from spanviz.model import GPTConfig, LowRankQuery
 from spanviz.train import RunRecord, TrainConfig
 
@@ -173,6 +174,7 @@ def fp8_sweep(
     data_dir: str | os.PathLike[str] | None = None,
     max_vocab: int | None = 8192,
     callbacks: Sequence[Callable[[Any, dict[str, Any]], None]] = (),
+    executor: str | Executor = "local",
 ) -> dict[str, Any]:
     """Scenarios × margins × seeds with an FP8 probe on every update; overflow counts per strategy, tested.
 
@@ -192,6 +194,8 @@ def fp8_sweep(
         model, train: :data:`DEFAULT_MODEL` / :data:`DEFAULT_TRAIN` overrides. device: TrainConfig device.
         window: updates counted as "during the transient" from the first affected update, >= 1.
         callbacks: extra trainer callbacks for every trained run (e.g. per-update progress).
+        executor: where runs train: "local" (default), "ray", or an executor object (see
+            :mod:`spanviz.experiments.executors`); checked before any data are loaded.
     Returns:
         dict with ``rows`` (:func:`~spanviz.experiments.core.compare_groups` rows: per scenario and margin,
         each strategy vs "delayed" on :data:`METRIC` — paired difference with 95 % CI, t, df, p, Holm p
@@ -238,6 +242,7 @@ def fp8_sweep(
     swap_scale = None if checkpoint_path is not None else scale_wq
     if "weight_swap" in scenarios:
         WeightSwap(at_step, checkpoint_path=checkpoint_path, scale_wq=swap_scale, layer=layer)  # validate early
+    executor = make_executor(executor)  # e.g. Ray missing: say so before loading data
     if data is None:
         data = _load_data(data_dir, max_vocab)
 
@@ -264,7 +269,7 @@ def fp8_sweep(
                  "checkpoint_path": None if checkpoint_path is None else str(checkpoint_path)}  # fmt: skip
     records = run_grid(variants, seeds, data, store=store, progress=progress, callbacks=callbacks,
                        probes_factory=lambda name, cfg: [make_probe(setting[name][1])], callbacks_factory=swaps,
-                       tags={"experiment": "fp8", "size": size, "transient": transient})  # fmt: skip
+                       tags={"experiment": "fp8", "size": size, "transient": transient}, executor=executor)  # fmt: skip
     event = {s: (at_step + 1 if s == "weight_swap" else at_step) for s in scenarios}
     table, runs = [], []
     for record in records:

@@ -39,6 +39,7 @@ from spanviz.experiments.core import (
     run_grid,
     seed_list,
 )
+from spanviz.experiments.executors import Executor, make_executor
 from spanviz.model import GPTConfig
 from spanviz.train import RunRecord, TrainConfig
 
@@ -193,6 +194,7 @@ def ls_sweep(
     n_local: int | None = None,
     window: int | None = None,
     probe_every: int | None = None,
+    executor: str | Executor = "local",
 ) -> dict[str, Any]:
     """Train MHSA vs LS-attention vs QK-norm × seeds; tabulate max-logit growth and loss; give a verdict.
 
@@ -209,6 +211,8 @@ def ls_sweep(
         progress: ``fn(done, total, label)`` after each run.
         model, train, n_local, window: overrides (see :func:`ls_variants`).
         probe_every: LogitProbe period in updates (default per size).
+        executor: where runs train: "local" (default), "ray", or an executor object (see
+            :mod:`spanviz.experiments.executors`); checked before any data are loaded.
     Returns:
         dict with
         ``size``, ``seeds``, ``variants`` {name: {"model": dict, "train": dict}}, ``data`` (description);
@@ -230,6 +234,7 @@ def ls_sweep(
         raise ValueError(f"size must be one of {tuple(SIZES)}, got {size!r}")
     every = SIZES[size]["probe_every"] if probe_every is None else probe_every
     local_global.LogitProbe(every=every)  # validate before loading data or training
+    executor = make_executor(executor)  # e.g. Ray missing: say so before loading data
     if data is None:
         data = _load_data(size, data_dir)
     variants = ls_variants(size, data.vocab_size, steps=steps, model=model, train=train, n_local=n_local,
@@ -239,7 +244,7 @@ def ls_sweep(
         return [local_global.LogitProbe(every=every)]
 
     records = run_grid(variants, seeds, data, store=store, probes_factory=probes_factory, progress=progress,
-                       tags={"experiment": "ls", "size": size})  # fmt: skip
+                       tags={"experiment": "ls", "size": size}, executor=executor)  # fmt: skip
     summary = summarize_ls(records, variants["ls"][0].n_local)
     logger.info("ls_sweep: %s", summary["verdict"])
     return {

@@ -36,6 +36,7 @@ from dataclasses import replace
 from typing import Any
 
 from spanviz.experiments.core import compare_groups, describe_comparison, per_seed_table, run_grid, seed_list
+from spanviz.experiments.executors import Executor, make_executor
 from spanviz.model import GPTConfig
 from spanviz.spans import SpanConfig
 from spanviz.train import TrainConfig
@@ -171,6 +172,7 @@ def spans_sweep(
     device: str = "auto",
     data_dir: str | os.PathLike[str] | None = None,
     max_vocab: int | None = 8192,
+    executor: str | Executor = "local",
 ) -> dict[str, Any]:
     """Train the span-scaling comparison (standard vs α brackets, head sweep, control) × seeds; summarize.
 
@@ -186,6 +188,8 @@ def spans_sweep(
         head_counts: the head sweep (default per size); each must divide d_model.
         model, train: GPTConfig / TrainConfig field overrides of the size's defaults.
         device: TrainConfig device ("auto", "cpu", "cuda", ...).
+        executor: where runs train: "local" (default), "ray", or an executor object (see
+            :mod:`spanviz.experiments.executors`); checked before any data are loaded.
     Returns:
         ``{"rows", "per_seed", "comparisons", "verdict", "settings", "data"}``.
         ``rows``: one per (comparison, variant): group, n_head, d_head, n_layer, d_model and the
@@ -204,6 +208,7 @@ def spans_sweep(
     vocab_probe = 8  # validate the configs before loading data (vocab_size is replaced below)
     build_variants(size, vocab_size=vocab_probe, steps=steps, groups=groups, head_counts=head_counts,
                    model=model, train=train, device=device)  # fmt: skip
+    executor = make_executor(executor)  # e.g. Ray missing: say so before loading data
     if data is None:
         data = _load_data(data_dir, max_vocab)
     variants, comparisons = build_variants(
@@ -211,7 +216,7 @@ def spans_sweep(
         train=train, device=device,
     )
     records = run_grid(variants, seeds, data, store=store, progress=progress,
-                       tags={"experiment": "spans", "size": size})  # fmt: skip
+                       tags={"experiment": "spans", "size": size}, executor=executor)  # fmt: skip
 
     info = {name: _info(cfg) for name, (cfg, _) in variants.items()}
     table = per_seed_table(records, ("best_val_loss", "final_val_loss"), info=lambda r: info[r.config["variant"]])
