@@ -80,7 +80,8 @@ class SpanProjector:
             A rank-deficient X with T <= d (e.g. K = 0, or q of ``qk_rank`` < T) is projected like T > d.
         pinv: X⁺ = (XᵀX + λI)⁻¹ Xᵀ, (..., d, T); None when ``identity``. Computed by Cholesky; batch
             elements whose Cholesky fails use ``torch.linalg.pinv(X)`` instead (logged at debug level).
-            The ridge under-projects by at most λ/(s_min² + λ) ≤ ε·κ(XᵀX) (see ``ridge_bias``).
+            The ridge under-projects by at most λ/(s_min² + λ) ≤ ε·κ(XᵀX)
+            (see :func:`~spanviz.spans.diagnostics.ridge_bias`).
 
     ``left(M)`` = Π_X M for M (..., T, m); ``right(M)`` = M Π_X for M (..., m, T). Each costs two matmuls,
     O(T·m·d). Source: spanviz reconstruction of the paper's "d×d Gram inverse" projectors.
