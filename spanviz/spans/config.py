@@ -92,6 +92,14 @@ def parse_alphas(spec: str | Sequence[float], field: str = "alphas") -> tuple[fl
     return values
 
 
+def _parse_alphas_of_length(spec: Any, field: str, n: int, what: str) -> tuple[float, ...]:
+    """:func:`parse_alphas`, then ``ValueError`` unless there are ``n`` values (``what`` they are, for the message)."""
+    values = parse_alphas(spec, field)
+    if len(values) != n:
+        raise ValueError(f"{field} must have {n} entries ({what}), got {len(values)}: {spec!r}")
+    return values
+
+
 def _parse_slots(slots: Any) -> tuple[Slot, ...]:
     """Normalise a slot list: [("left", "K"), ...] (also lists from JSON); side lower-case, basis upper."""
     if isinstance(slots, str) or not isinstance(slots, Iterable):
@@ -183,20 +191,11 @@ class SpanConfig:
         object.__setattr__(self, "preset", preset)
         object.__setattr__(self, "slots", slots)
         # alphas
-        alphas = parse_alphas(self.alphas, "alphas")
-        if len(alphas) != self.n_orders:
-            raise ValueError(
-                f"alphas must have {self.n_orders} entries (α0..α{self.n_orders - 1}) for {len(slots)} slots, "
-                f"got {len(alphas)}: {self.alphas!r}"
-            )
+        n_orders, n_blocks = self.n_orders, self.n_blocks
+        alphas = _parse_alphas_of_length(self.alphas, "alphas", n_orders, f"α0..α{n_orders - 1} for {len(slots)} slots")
         object.__setattr__(self, "alphas", alphas)
         if self.block_alphas is not None:
-            block_alphas = parse_alphas(self.block_alphas, "block_alphas")
-            if len(block_alphas) != self.n_blocks:
-                raise ValueError(
-                    f"block_alphas must have {self.n_blocks} entries (S1..S{self.n_blocks}), "
-                    f"got {len(block_alphas)}: {self.block_alphas!r}"
-                )
+            block_alphas = _parse_alphas_of_length(self.block_alphas, "block_alphas", n_blocks, f"S1..S{n_blocks}")
             object.__setattr__(self, "block_alphas", block_alphas)
         # layers
         if self.layers is not None:
