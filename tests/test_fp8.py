@@ -502,6 +502,31 @@ def test_random_bounds_vs_rank():
     assert best < 0.1, f"slider call took {best * 1e3:.0f} ms"
 
 
+def test_scale_from_bound_and_bound_scales_table():
+    """The scale each bound gives (notebook 03's table): s = fmax / (2^margin · B), range used = observed · s / fmax."""
+    assert fp8.scale_from_bound(8.0) == 448 / 8.0
+    assert fp8.scale_from_bound(8.0, margin=1, fmt="e5m2") == 57344 / 16.0
+    assert fp8.scale_from_bound(3.0, power_of_two=True) == 128.0  # 149.3 rounded down
+    assert fp8.scale_from_bound(0.0) == 1.0  # all logits 0: any scale is safe
+    # the geometry-aware scale is the scale of the bound α·B_wc
+    b_wc = fp8.worst_case_bound(2.0, 16, 64.0)
+    assert fp8.geometry_scale(2.0, 16, 64.0, alpha=0.25, margin=1) == fp8.scale_from_bound(0.25 * b_wc, margin=1)
+    for kwargs, field in [(dict(bound=-1.0), "bound"), (dict(bound=1.0, margin=-1), "margin"),
+                          (dict(bound=1.0, fmt="e3m4"), "fmt")]:
+        with pytest.raises(ValueError, match=field):
+            fp8.scale_from_bound(**kwargs)
+    row = fp8.random_bounds_vs_rank(64, 16, [4])[0]
+    table = fp8.bound_scales(row, margin=2)
+    assert list(table) == list(fp8.BOUND_KEYS) == ["worst_case", "agnostic", "rank_aware"]
+    for key, entry in table.items():
+        assert entry["bound"] == row[key]
+        assert entry["scale"] == pytest.approx(448 / (4 * row[key]), rel=1e-15)
+        assert entry["utilisation"] == pytest.approx(row["observed_max"] * entry["scale"] / 448, rel=1e-15)
+    # the deterministic scale never overflows: the observed max uses at most 1 / 2^margin of the range
+    assert table["worst_case"]["utilisation"] <= 0.25
+    assert table["rank_aware"]["scale"] >= table["agnostic"]["scale"] >= table["worst_case"]["scale"]
+
+
 def _timed(fn) -> float:
     t0 = time.perf_counter()
     fn()

@@ -65,7 +65,7 @@ def _check_qk_shapes(W_Q: Tensor, W_K: Tensor) -> tuple[int, int, int, int]:
     return H, H_kv, d, dh
 
 
-# ------------------------------------------------------------------------------------- 1. spectral norms
+# ------------------------------------------------------------------------------------------------ 1. spectral norms
 def spectral_norms_exact(W_Q: Tensor, W_K: Tensor, method: str = "auto") -> Tensor:
     """Exact σ_h = ‖W^Q_h W^K_{g(h)}ᵀ‖₂ per query head, without forming the d×d products.
 
@@ -75,8 +75,8 @@ def spectral_norms_exact(W_Q: Tensor, W_K: Tensor, method: str = "auto") -> Tens
     * ``"auto"`` (default, CholeskyQR): R_B = Lᵀ with W^K_gᵀ W^K_g = L Lᵀ, a d_head×d_head Cholesky factor;
       then X_h = W^Q_h L and σ_h² = λ_max(X_hᵀ X_h) (d_head×d_head symmetric eigenvalues). Cheap, and
       accurate for σ_h (backward-stable Cholesky: the error in σ_h² is a few ulps of ‖W^Q_h‖²‖W^K_g‖²).
-      When a key Gram is not numerically positive definite (rank-deficient W^K: d_model < d_head, a zero
-      column, zero LayerNorm gains folded in) Cholesky fails and it falls back to Householder, so σ stays exact.
+      When a key Gram is not numerically positive definite (rank-deficient W^K: d_model < d_head, a zero or
+      repeated column) Cholesky fails and it falls back to Householder, so σ stays exact for any weights.
     * ``"householder"``: R from Householder QR of both sides (``torch.linalg.qr``), then the d_head×d_head
       SVD of R_A R_Bᵀ. Works for any rank; slower on CPU (LAPACK on tiny matrices; the benchmark compares).
 
@@ -127,7 +127,7 @@ def _qr_core_norms_householder(A: Tensor, B: Tensor) -> Tensor:
     return torch.linalg.matrix_norm(core.reshape(H, k, k), ord=2)  # (H,)
 
 
-# ---------------------------------------------------------------------------------------------- 2. bounds
+# --------------------------------------------------------------------------------- 2–3. bounds on the largest logit
 def worst_case_bound(sigma: Tensor | float, d_head: int, rho2: float) -> Tensor | float:
     """Deterministic bound B_wc = ρ² σ / √d_head on |S_ij| (always safe).
 
@@ -273,7 +273,7 @@ def logit_bounds(sigma: float | Tensor, d: int, d_head: int, *, r: int | None = 
     }  # fmt: skip
 
 
-# ----------------------------------------------------------------------------------------------- 3. scale
+# ----------------------------------------------------------------------------------------------------- 4. the scale
 def scale_from_bound(bound: float | Tensor, *, margin: float = 0.0, fmt: str = "e4m3",
                      power_of_two: bool = False) -> float:
     """The FP8 scale s = fmax / (2^margin · B) that maps a bound B on |S| to the format's largest value.
