@@ -527,6 +527,20 @@ def test_scale_from_bound_and_bound_scales_table():
     assert table["rank_aware"]["scale"] >= table["agnostic"]["scale"] >= table["worst_case"]["scale"]
 
 
+def test_bounds_at_delta_equals_a_fresh_draw_at_that_delta():
+    """The δ slider re-evaluates only the bounds: same rows as drawing again at the new δ, input rows untouched."""
+    rows = fp8.random_bounds_vs_rank(64, 16, range(1, 17), delta=1e-3, n_tokens=32)
+    before = [dict(r) for r in rows]
+    for delta in (0.2, 1e-9):
+        again = fp8.bounds_at_delta(rows, 64, 16, delta=delta, n_tokens=32)
+        assert again == fp8.random_bounds_vs_rank(64, 16, range(1, 17), delta=delta, n_tokens=32)
+        assert [list(r) for r in again] == [list(r) for r in before]  # same keys, same order
+    assert rows == before
+    assert again[0]["rank_aware"] > rows[0]["rank_aware"]  # smaller δ: a larger bound
+    with pytest.raises(ValueError, match="delta"):
+        fp8.bounds_at_delta(rows, 64, 16, delta=0.0, n_tokens=32)
+
+
 def _timed(fn) -> float:
     t0 = time.perf_counter()
     fn()

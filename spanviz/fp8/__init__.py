@@ -19,8 +19,8 @@ Read :mod:`spanviz.fp8.core` first: it is the technique, top to bottom. Beside i
 * :mod:`~spanviz.fp8.casting` — FP8 mechanics: :func:`fake_quantize`, :func:`count_overflow`,
   :func:`utilisation`;
 * :mod:`~spanviz.fp8.probe` — the training probe :class:`FP8Probe`;
-* :mod:`~spanviz.fp8.demos` — the rank-knob demo :func:`random_bounds_vs_rank` and :func:`bound_scales`
-  (the scale each bound gives, as notebook 03's table shows it).
+* :mod:`~spanviz.fp8.demos` — the rank-knob demo :func:`random_bounds_vs_rank`, :func:`bounds_at_delta` (its
+  rows at another δ) and :func:`bound_scales` (the scale each bound gives, as notebook 03's table shows it).
 
 Every public name is importable from ``spanviz.fp8`` itself.
 """
@@ -39,7 +39,7 @@ from spanviz.fp8.core import (
     spectral_norms_exact,
     worst_case_bound,
 )
-from spanviz.fp8.demos import BOUND_KEYS, bound_scales, random_bounds_vs_rank
+from spanviz.fp8.demos import BOUND_KEYS, bound_scales, bounds_at_delta, random_bounds_vs_rank
 from spanviz.fp8.folding import FoldedQK, fold_qk, layer_sigma, normalized_input
 from spanviz.fp8.power import PowerIteration
 from spanviz.fp8.probe import FP8Probe
@@ -55,7 +55,7 @@ from spanviz.fp8.scaling import (
 __all__ = [
     "ALPHA_CHOICES", "BOUND_KEYS", "CAST_OVERFLOW", "DELAYED_ALGOS", "EXACT_METHODS", "FORMATS", "FP8_MAX",
     "OVERFLOW_COUNTS", "STRATEGIES", "CalibratedAlpha", "DelayedScaling", "FP8Probe", "FoldedQK", "PowerIteration",
-    "alpha_agnostic", "alpha_star", "bound_scales", "count_overflow", "fake_quantize", "fold_qk", "geometry_scale",
-    "layer_sigma", "logit_bounds", "normalized_input", "random_bounds_vs_rank", "scale_from_bound", "solve_gamma",
-    "spectral_norms_exact", "strategy_alpha", "utilisation", "worst_case_bound",
+    "alpha_agnostic", "alpha_star", "bound_scales", "bounds_at_delta", "count_overflow", "fake_quantize", "fold_qk",
+    "geometry_scale", "layer_sigma", "logit_bounds", "normalized_input", "random_bounds_vs_rank",
+    "scale_from_bound", "solve_gamma", "spectral_norms_exact", "strategy_alpha", "utilisation", "worst_case_bound",
 ]  # fmt: skip

@@ -69,20 +69,34 @@ def random_bounds_vs_rank(
         q = (XU[:, :r] * S[:r]) @ Vh[:r]  # = X @ W^Q_r
         # max |S| = max |q kᵀ| / √d_head over all n² pairs
         observed = float((q @ K_proj.T).abs().max()) / math.sqrt(d_head)
-        b = logit_bounds(sigma, d_model, d_head, r=r, n_pairs=n_tokens**2, n_keys=n_tokens, delta=delta)
-        rows.append(
-            {
-                "r": r,
-                "sigma": sigma,
-                "gamma": b["gamma"],
-                "worst_case": b["worst_case"],
-                "agnostic": b["agnostic"],
-                "rank_aware": b["rank_aware"],
-                "observed_max": observed,
-                "sqrt_r_over_d": math.sqrt(r / d_model),
-            }
-        )
+        rows.append({"r": r, "sigma": sigma, **_rank_bounds(sigma, r, d_model, d_head, n_tokens, delta),
+                     "observed_max": observed, "sqrt_r_over_d": math.sqrt(r / d_model)})
     return rows
+
+
+def _rank_bounds(sigma: float, r: int, d_model: int, d_head: int, n_tokens: int, delta: float) -> dict[str, float]:
+    """The δ-dependent part of a row: γ and the three bounds for n_tokens tokens (K = n², N = n)."""
+    b = logit_bounds(sigma, d_model, d_head, r=r, n_pairs=n_tokens**2, n_keys=n_tokens, delta=delta)
+    return {key: b[key] for key in ("gamma", *BOUND_KEYS)}
+
+
+def bounds_at_delta(
+    rows: Iterable[Mapping[str, float]], d_model: int, d_head: int, *, delta: float, n_tokens: int = 64
+) -> list[dict[str, float]]:
+    """Rows of :func:`random_bounds_vs_rank` with γ and the three bounds re-evaluated at another δ.
+
+    σ and the observed max |S| do not depend on δ, so a δ slider needs no new weights, inputs or norms: only
+    :func:`spanviz.fp8.logit_bounds` per rank (what keeps it instant). Equals ``random_bounds_vs_rank(...,
+    delta=delta)`` for the same d_model, d_head, n_tokens and seed.
+
+    Args:
+        rows: from :func:`random_bounds_vs_rank` (keys ``r``, ``sigma``, ...; not modified).
+        d_model, d_head, n_tokens: as given to :func:`random_bounds_vs_rank`. delta: δ in (0, 1).
+    Returns: new rows, keys and order as :func:`random_bounds_vs_rank` gives them.
+    Raises: ValueError on bad arguments (as :func:`spanviz.fp8.logit_bounds`).
+    Source: **spanviz reconstruction** (bounds) of arXiv 2602.18851's rank experiment.
+    """
+    return [{**row, **_rank_bounds(row["sigma"], int(row["r"]), d_model, d_head, n_tokens, delta)} for row in rows]
 
 
 def bound_scales(row: Mapping[str, float], margin: float = 0.0, fmt: str = "e4m3") -> dict[str, dict[str, float]]:
