@@ -33,8 +33,7 @@ SHAPES = [(4, 4, 48, 12), (8, 2, 64, 16), (6, 1, 40, 8), (2, 2, 6, 10)]  # (n_he
 
 @pytest.mark.parametrize(
     "n_head,n_kv_head,d,dh,method",
-    # "cholesky" needs full-rank keys (d >= d_head); rank-deficient keys: the fallback test below.
-    [(*shape, m) for shape in SHAPES for m in fp8.EXACT_METHODS if not (m == "cholesky" and shape[2] < shape[3])],
+    [(*shape, m) for shape in SHAPES for m in fp8.EXACT_METHODS],  # (2, 2, 6, 10): d < d_head, "auto" falls back
 )
 def test_exact_spectral_norm_matches_dense_product(n_head, n_kv_head, d, dh, method):
     gen = torch.Generator().manual_seed(n_head * 100 + d)
@@ -66,7 +65,7 @@ def test_exact_spectral_norm_methods_agree_fp32(n_kv_head, group, d, dh, log_sca
         torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=0)
 
 
-def test_exact_spectral_norm_cholesky_needs_full_rank_keys_and_auto_falls_back():
+def test_exact_spectral_norm_auto_falls_back_to_householder_for_rank_deficient_keys():
     gen = torch.Generator().manual_seed(3)
     W_Q = torch.randn(4, 32, 8, generator=gen, dtype=torch.float64)
     W_K = torch.randn(2, 32, 8, generator=gen, dtype=torch.float64)
