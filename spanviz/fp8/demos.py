@@ -9,10 +9,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
+import numpy as np
 import torch
 
 from spanviz.fp8.casting import utilisation
 from spanviz.fp8.core import _check_delta, logit_bounds, scale_from_bound
+from spanviz.threads import torch_threads
 from spanviz.validators import check_int
 
 BOUND_KEYS = ("worst_case", "agnostic", "rank_aware")
@@ -121,3 +123,63 @@ def bound_scales(row: Mapping[str, float], margin: float = 0.0, fmt: str = "e4m3
         scale = scale_from_bound(row[key], margin=margin, fmt=fmt)
         out[key] = {"bound": row[key], "scale": scale, "utilisation": utilisation(row["observed_max"], scale, fmt)}
     return out
+
+
+STRATEGY_LABELS = {"worst_case": "deterministic", "agnostic": "rank-agnostic", "rank_aware": "rank-aware"}
+"""The strategy each bound of :data:`BOUND_KEYS` stands for, as notebook 03 names it."""
+
+
+class BoundsVsRank:
+    """Notebook 03's bound-vs-rank view: :func:`random_bounds_vs_rank` for r = 1..d_head, drawn once, at any δ.
+
+    The random draw does not depend on δ, so a new δ only re-evaluates the bounds (:func:`bounds_at_delta`) —
+    what keeps the δ slider instant.
+
+    Args:
+        d_model, d_head: the head's sizes. n_tokens: N tokens (N² pairs).
+        threads: torch intra-op threads for the random draw (None: leave torch's setting).
+    """
+
+    def __init__(self, d_model: int, d_head: int, n_tokens: int, threads: int | None = None) -> None:
+        self.d_model, self.d_head, self.n_tokens, self.threads = d_model, d_head, n_tokens, threads
+        self._drawn: list[dict[str, float]] = []  # at δ = self._drawn_delta
+        self._drawn_delta = 0.0
+        self._rows: dict[float, list[dict[str, float]]] = {}
+
+    def rows(self, delta: float) -> list[dict[str, float]]:
+        """:func:`random_bounds_vs_rank` rows for r = 1..d_head at δ. Raises: ValueError for δ outside (0, 1)."""
+        if not self._drawn:
+            with torch_threads(self.threads):
+                self._drawn = random_bounds_vs_rank(self.d_model, self.d_head, range(1, self.d_head + 1),
+                                                    delta=delta, n_tokens=self.n_tokens)
+            self._drawn_delta = delta
+        if delta == self._drawn_delta:
+            return self._drawn
+        if delta not in self._rows:
+            self._rows = {delta: bounds_at_delta(self._drawn, self.d_model, self.d_head, delta=delta,
+                                                 n_tokens=self.n_tokens)}
+        return self._rows[delta]
+
+    def row(self, delta: float, r: int) -> dict[str, float]:
+        """The row of rank r at δ."""
+        return next(x for x in self.rows(delta) if x["r"] == r)
+
+    def curves(self, delta: float, margin: int, r: int) -> dict:
+        """Arguments of ``spanviz.plots.bound_vs_rank_data``: each bound times 2^margin — the largest |S| the E4M3
+        scale picked from that bound holds (s = 448 / (2^margin · B)); at margin 0, the bounds themselves."""
+        rows = self.rows(delta)
+        headroom, suffix = 2.0**margin, f" × 2^{margin}" if margin else ""
+
+        def col(key: str) -> np.ndarray:
+            return np.array([row[key] for row in rows])  # (d_head,)
+
+        names = {"worst_case": "worst case", "agnostic": "rank-agnostic", "rank_aware": "rank-aware"}
+        return {"ranks": col("r"), "observed": col("observed_max"), "r": r,
+                "bounds": {f"{names[key]}{suffix}": headroom * col(key) for key in BOUND_KEYS}}
+
+    def scales(self, delta: float, margin: int, r: int) -> list[dict]:
+        """Per strategy at rank r (:func:`bound_scales`): ``strategy`` (:data:`STRATEGY_LABELS`), ``bound``, the
+        E4M3 ``scale`` picked from it and the fraction of the E4M3 range the observed max |S| then ``used``."""
+        table = bound_scales(self.row(delta, r), margin=margin)
+        return [{"strategy": STRATEGY_LABELS[key], "bound": e["bound"], "scale": e["scale"], "used": e["utilisation"]}
+                for key, e in table.items()]

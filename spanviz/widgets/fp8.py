@@ -10,12 +10,10 @@ import ipywidgets as W
 import numpy as np
 import plotly.graph_objects as go
 
-from spanviz import plots
-from spanviz.fp8 import FP8Probe
+from spanviz import fp8, plots
 from spanviz.model import GPTConfig
 from spanviz.runner import TrainerLike
 from spanviz.train import TrainConfig
-from spanviz.views.fp8 import BoundsVsRank
 from spanviz.widgets.figures import FigureView, side_by_side, slider
 from spanviz.widgets.panel import ANALYTIC_THREADS, Panel
 from spanviz.widgets.training import LOSS_VIEW, History, LiveView, RunSpec
@@ -38,7 +36,7 @@ class FP8Panel(Panel):
 
     Analytic view (instant): for random weights of one head (d_model, d_head from ``model_cfg``) the worst
     case, rank-agnostic and rank-aware bounds (times 2^margin: the largest |S| the scale picked from each
-    holds) and the observed max |S| versus the rank r of W^Q W^Kᵀ (:class:`spanviz.views.fp8.BoundsVsRank`), the
+    holds) and the observed max |S| versus the rank r of W^Q W^Kᵀ (:class:`spanviz.fp8.BoundsVsRank`), the
     picked r ringed; a table of the E4M3 scale each strategy would use at
     r with the δ and margin sliders. Train: a TinyGPT with rank-r queries, an LR spike (× factor at a step),
     live observed max logit vs bounds, scales and overflow counts per strategy (``FP8Probe``).
@@ -64,7 +62,7 @@ class FP8Panel(Panel):
         super().__init__(model_cfg, train_cfg, static)
         cfg = self.model_cfg
         dh = cfg.d_head
-        self.bounds = BoundsVsRank(cfg.d_model, dh, cfg.context_length, threads=ANALYTIC_THREADS)
+        self.bounds = fp8.BoundsVsRank(cfg.d_model, dh, cfg.context_length, threads=ANALYTIC_THREADS)
         c = self.controls
         c["rank"] = slider(W.IntSlider, "rank r", dh, min=1, max=dh)
         c["delta"] = slider(W.FloatLogSlider, "δ", 1e-3, base=10, min=-9, max=-1, step=0.5)
@@ -104,7 +102,7 @@ class FP8Panel(Panel):
 
     def rows(self) -> list[dict[str, float]]:
         """Bounds vs rank for r = 1..d_head at the current δ: ``fp8.random_bounds_vs_rank`` rows
-        (:meth:`spanviz.views.fp8.BoundsVsRank.rows`: the random draw is made once, a new δ re-evaluates only the
+        (:meth:`spanviz.fp8.BoundsVsRank.rows`: the random draw is made once, a new δ re-evaluates only the
         bounds)."""
         return self.bounds.rows(float(self.controls["delta"].value))
 
@@ -137,7 +135,7 @@ class FP8Panel(Panel):
         cfg = replace(self.model_cfg, vocab_size=data.vocab_size, qk_rank=None if r == self.model_cfg.d_head else r)
         train_cfg = self._spiked_train_cfg()
         self._spike, self._max_step = self._planned_spike(train_cfg)
-        probe = FP8Probe(every=1, delta=float(c["delta"].value), margin=float(c["margin"].value))
+        probe = fp8.FP8Probe(every=1, delta=float(c["delta"].value), margin=float(c["margin"].value))
         return [RunSpec(f"rank {r}", cfg, train_cfg, (probe,))]
 
     def _spiked_train_cfg(self) -> TrainConfig:

@@ -16,7 +16,7 @@ from spanviz.model import GPTConfig
 from spanviz.runner import TrainerLike
 from spanviz.spans import PRESETS, SpanConfig, SpanProbe
 from spanviz.train import TrainConfig
-from spanviz.views.spans import ScoreGradientViews
+from spanviz.spans.view import ScoreGradientViews
 from spanviz.widgets.figures import FigureView, computing, side_by_side, slider
 from spanviz.widgets.panel import ANALYTIC_THREADS, Panel
 from spanviz.widgets.training import LOSS_VIEW, History, LiveView, RunSpec
@@ -29,7 +29,7 @@ class SpansPanel(Panel):
     (B = 2, T = ``model_cfg.context_length``); for the picked layer/head the panel shows the blocks of dS
     (heatmaps grouped by order, bars of ‖block‖/‖dS‖ before and after α scaling), the T = 3 toy with α0 on
     the span part and α1 on the violation, and the principal angles between the token-space spans of Q, K
-    and V (:class:`spanviz.views.spans.ScoreGradientViews`). α sliders rescale cached blocks; the decomposition is
+    and V (:class:`spanviz.spans.view.ScoreGradientViews`). α sliders rescale cached blocks; the decomposition is
     computed once per (preset, layer) for all heads.
 
     Train: the α setting against the standard gradient (spans=None), same seed, plus the standard gradient

@@ -1,4 +1,7 @@
-"""The spans panel's analytic views: the blocks of dS and the principal angles, from one batch (no widgets).
+"""The spans panel's analytic view: the blocks of dS and the principal angles, from one batch (no widgets).
+
+It builds a model, so it sits in the probes layer and is not re-exported by ``spanviz.spans`` (that would make
+``spanviz.model`` import itself through the package): import it as ``spanviz.spans.view``.
 
 A random-init :class:`~spanviz.model.TinyGPT` runs one forward/backward pass on a fixed batch
 (``spans.capture_score_grads``); per layer that gives dS (B, H, T, T) and q, k, v (B, H, T, d_head). The panel
