@@ -13,9 +13,9 @@ only change on the kernel's loop: ipywidgets is not thread-safe, and it merges t
 while the kernel handles one from the browser for that widget.
 
 Why a thread: a blocking training loop in a notebook cell streams plot updates, but a Stop click is only
-handled after the cell ends (the kernel handles the click's message only when the cell's code returns). Scripts
-and notebook execution in CI want the blocking path instead: ``start(..., blocking=True)`` or the environment variable
-``SPANVIZ_BLOCKING=1``.
+handled after the cell ends (the kernel reads the click's message once the cell's code returns). Scripts and
+notebook execution in CI want the blocking path instead: ``start(..., blocking=True)`` or the environment
+variable ``SPANVIZ_BLOCKING=1``.
 
 A job either trains (``make_trainer`` gives an object with ``step(n) -> list[row dict]``, e.g.
 :class:`spanviz.train.Trainer`) or replays a stored history (``replay``), which appears at the first refresh
