@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import psutil
@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from spanviz.model import GPTConfig
-from spanviz.validators import check_choice, check_float, check_int
+from spanviz.validators import check_choice, check_fields, check_float, check_int
 
 DTYPES = ("float32", "bfloat16")
 DEVICE_TYPES = ("cpu", "cuda", "mps")
@@ -146,11 +146,7 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> TrainConfig:
         """Inverse of :meth:`to_dict`; missing fields take their defaults. Unknown keys raise ``ValueError``."""
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown TrainConfig field(s) {sorted(unknown)}; allowed: {sorted(known)}")
-        return cls(**dict(d))
+        return cls(**check_fields(cls, d))
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
