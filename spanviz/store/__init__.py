@@ -33,6 +33,10 @@ replaced) and :meth:`~ResultsStore.export` (which never ships one). Archives com
 (:data:`MAX_RECORD_BYTES` per run, :data:`MAX_ARCHIVE_BYTES` in all), counts (:data:`MAX_RUNS`), JSON nesting
 depth (:data:`MAX_DEPTH`), the record schema and the key of every run; each rejected run is reported, the
 others are imported.
+
+The package: :mod:`~spanviz.store.keys` (:func:`config_key`, :func:`default_root`), :mod:`~spanviz.store.results`
+(:class:`ResultsStore`), :mod:`~spanviz.store.archive` (the checks of records and archives from elsewhere),
+:mod:`~spanviz.store.bundle` (the shipped workshop bundle, :func:`load_bundle`).
 """
 
 from spanviz.store.archive import (EXPORT_FORMAT, MAX_ARCHIVE_BYTES, MAX_DEPTH, MAX_MANIFEST_BYTES, MAX_MESSAGE_CHARS,

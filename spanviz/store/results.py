@@ -16,7 +16,7 @@ from spanviz.store.archive import EXPORT_FORMAT, ImportReport, archived_record, 
 from spanviz.store.keys import KEY_RE, STORABLE, config_key, default_root
 from spanviz.train import RunRecord
 
-logger = logging.getLogger("spanviz.store")
+logger = logging.getLogger("spanviz.store")  # the name it had as one module: log filters keep working
 
 
 class ResultsStore:
