@@ -46,8 +46,8 @@ from spanviz.train.callbacks import Probe, ProbeSet, ProgressBar
 from spanviz.train.checkpoint import (Checkpoint, load_checkpoint, on_disk, restore, resumed_configs, save_checkpoint,
                                       save_outputs)
 from spanviz.train.config import TrainConfig, check_data, check_runnable, lr_at
-from spanviz.train.record import CORE_KEYS, RunRecord, append_rows, environment, run_config
 from spanviz.train.guards import PrivateRNG, deferred_sigint
+from spanviz.train.record import CORE_KEYS, RunRecord, append_rows, environment, run_config
 from spanviz.validators import check_int
 
 logger = logging.getLogger(__name__)
