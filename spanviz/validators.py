@@ -58,3 +58,16 @@ def check_choice(name: str, value: Any, allowed: Iterable[Any]) -> Any:
     if value not in allowed:
         raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
     return value
+
+
+def check_fields(cls: type, d: Any) -> dict[str, Any]:
+    """``dict(d)`` when every key of the mapping ``d`` names a field of the dataclass ``cls`` (for ``from_dict``).
+
+    Raises:
+        ValueError: ``"unknown {cls.__name__} field(s) [...]; allowed: [...]"``.
+    """
+    known = set(cls.__dataclass_fields__)  # the config dataclasses have no ClassVar / InitVar pseudo-fields
+    unknown = set(d) - known
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} field(s) {sorted(unknown)}; allowed: {sorted(known)}")
+    return dict(d)

@@ -474,7 +474,7 @@ def scenario_second_writer(stage: Stage) -> str:
 @contextlib.contextmanager
 def disk_full_at_checkpoint(n: int):
     """Inside the block, the ``n``-th write of a checkpoint.pt fails with "No space left on device"."""
-    import spanviz.train as train_module
+    import spanviz.train.checkpoint as train_module
 
     real, calls = train_module.atomic_write, []
 
