@@ -207,7 +207,7 @@ def _flex_with_tiles(mask_mod: local_global.MaskMod, n_head: int, T: int, device
     from torch.nn.attention.flex_attention import create_block_mask
 
     mask = create_block_mask(mask_mod, None, n_head, T, T, device=device, BLOCK_SIZE=block)
-    flex = local_global._compiled_flex()
+    flex = local_global.compiled_flex()
     return lambda q, k, v: flex(q, k, v, block_mask=mask)
 
 
