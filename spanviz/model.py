@@ -193,11 +193,10 @@ def explicit_attention(
 
     Args:
         q, k: (B, H, T, d_head); v: (B, H, T, d_v). mask_mod: the mask predicate (its additive mask M is cached).
-        hook_scores, hook_pattern: tensor → tensor, applied to the pre-mask scores S and to the pattern P (the
-            hook points; what they return is used). score_grad_fn: (dS, q, k, v) → dS', applied to ∂L/∂S of
-            the pre-mask scores during backward (q, k, v detached). dropout: applied to P before it meets v.
+        hook_scores, hook_pattern: tensor → tensor on the pre-mask scores S and on the pattern P (hook points).
+        score_grad_fn: (dS, q, k, v) → dS' on ∂L/∂S during backward (q, k, v detached). dropout: on P.
     Returns:
-        y (B, H, T, d_v). Equal to :func:`fused_attention` to fp32 tolerance (tested).
+        y (B, H, T, d_v), equal to :func:`fused_attention`'s to fp32 tolerance (tested).
     """
     B, H, T, d_head = q.shape
     # S = q kᵀ / √d_head
@@ -218,15 +217,10 @@ def fused_attention(
 ) -> Tensor:
     """The fused path: SDPA (FlashAttention where it can) or FlexAttention; no T×T matrix is materialised.
 
-    Args:
-        q, k, v, mask_mod: as :func:`explicit_attention`. dropout_p: dropout on the attention weights.
-        backend: "flex" (FlexAttention; CUDA for gradients), "sdpa", or "auto" (FlexAttention for a mask that
-            is not plain causal on CUDA without dropout, else SDPA).
-    Returns:
-        y (B, H, T, d_v).
-    Raises:
-        ValueError: backend "flex" with dropout_p > 0 (FlexAttention has no dropout), or as
-        :func:`spanviz.local_global.flex.flex_attention` raises.
+    Args: q, k, v, mask_mod as :func:`explicit_attention`; dropout_p on the attention weights; backend "flex"
+    (FlexAttention; CUDA for gradients), "sdpa", or "auto" (FlexAttention for a mask that is not plain causal,
+    on CUDA, without dropout; else SDPA). Returns: y (B, H, T, d_v).
+    Raises: ValueError for "flex" with dropout_p > 0, or as :func:`spanviz.local_global.flex_attention` raises.
     """
     if backend == "flex" and dropout_p > 0:
         raise ValueError(f"attn_backend='flex' does not support dropout, got dropout={dropout_p}")
@@ -299,7 +293,7 @@ class Attention(nn.Module):
         H, dh = self.n_head, self.d_head
         low_rank = isinstance(self.W_Q, LowRankQuery)
         wq = self.W_Q.per_head_weight() if low_rank else self.W_Q.weight.view(H, dh, -1).transpose(1, 2)
-        wk = self.W_K.weight.view(H, dh, -1).transpose(1, 2)  # (H, d_out, d_in) -> (H, d_model, d_head)
+        wk = self.W_K.weight.view(H, dh, -1).transpose(1, 2)  # (d, d) -> (H, d_head, d_model) -> (H, d_model, d_head)
         bq, bk = (None if b is None else b.view(H, dh) for b in (self.W_Q.bias, self.W_K.bias))  # (H, d_head)
         return wq, bq, wk, bk
 

@@ -27,6 +27,7 @@ Source: arXiv 2505.15548 (local + global heads); the window convention and the c
 from __future__ import annotations
 
 import functools
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -129,20 +130,22 @@ def dense_mask(mask_mod: MaskMod, n_head: int, T: int, device: torch.device | st
 
 # Caches keyed by the predicate's identity (weakly: a dropped predicate drops its masks), then (H, T, device[,
 # dtype]); at most _CACHE_PER_MOD entries per predicate (oldest dropped), so sliding T in a notebook cannot pile
-# up masks.
+# up masks. Every model with the same setting shares them, also across threads (a widget trains in one): a lock.
 _DENSE_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _ADDITIVE_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _BLOCK_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _CACHE_PER_MOD = 8
+_CACHE_LOCK = threading.RLock()  # re-entrant: the additive mask is built from the cached dense mask
 
 
 def _cached(cache: weakref.WeakKeyDictionary, mask_mod: MaskMod, key: tuple, build: Callable[[], Any]) -> Any:
-    per_mod = cache.setdefault(mask_mod, {})
-    if key not in per_mod:
-        if len(per_mod) >= _CACHE_PER_MOD:
-            del per_mod[next(iter(per_mod))]  # dicts keep insertion order: the oldest entry
-        per_mod[key] = build()
-    return per_mod[key]
+    with _CACHE_LOCK:
+        per_mod = cache.setdefault(mask_mod, {})
+        if key not in per_mod:
+            if len(per_mod) >= _CACHE_PER_MOD:
+                del per_mod[next(iter(per_mod))]  # dicts keep insertion order: the oldest entry
+            per_mod[key] = build()
+        return per_mod[key]
 
 
 def dense_mask_cached(mask_mod: MaskMod, n_head: int, T: int, device: torch.device | str = "cpu") -> Tensor:
