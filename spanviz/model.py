@@ -170,8 +170,8 @@ class LowRankQuery(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         B, T, _ = x.shape
-        z = self.down(x).view(B, T, self.n_head, self.rank)
-        q = torch.einsum("bthr,hrd->bthd", z, self.up).reshape(B, T, self.n_head * self.d_head)
+        z = self.down(x).view(B, T, self.n_head, self.rank)  # (B, T, H, r)
+        q = torch.einsum("bthr,hrd->bthd", z, self.up).reshape(B, T, self.n_head * self.d_head)  # (B, T, H·d_head)
         return q if self.bias is None else q + self.bias
 
     def per_head_weight(self) -> Tensor:
@@ -331,7 +331,7 @@ class MLP(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.drop(self.proj(F.gelu(self.fc(x))))
+        return self.drop(self.proj(F.gelu(self.fc(x))))  # (B, T, d) -> (B, T, 4d) -> (B, T, d)
 
 
 class Block(nn.Module):
