@@ -7,8 +7,8 @@ is the one attention implementation of spanviz:
 
 * :func:`explicit_attention` forms the scores S = Q Kᵀ/√d_head (B, H, T, T) *before* the mask, adds the
   additive mask (0 / −inf), applies softmax and multiplies by V. Every intermediate passes through a named
-  :class:`HookPoint` (TransformerLens naming: ``hook_q``, ``hook_k``, ``hook_v``, ``hook_attn_scores``,
-  ``hook_pattern``), so probes can read them and interventions can replace them;
+  :class:`~spanviz.hook_points.HookPoint` (TransformerLens naming: ``hook_q``, ``hook_k``, ``hook_v``,
+  ``hook_attn_scores``, ``hook_pattern``), so probes can read them and interventions can replace them;
 * :func:`fused_attention` calls ``scaled_dot_product_attention`` (or FlexAttention on CUDA for local/global
   heads) and never materialises the T×T matrices. It runs whenever nothing needs the explicit tensors (no
   hook registered, no score-gradient transform, backend not forced).
@@ -31,20 +31,21 @@ A new mask or gradient transform needs no edit here: set the slots of :class:`At
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, fields, replace
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from spanviz import spans
+from spanviz.hook_points import HookedRootModule, HookPoint
 from spanviz.local_global.config import check_head_split
 from spanviz.local_global.core import MaskMod, additive_mask, causal_mask, dense_mask_cached, head_mask_mod
 from spanviz.local_global.flex import flex_attention, flex_available
-from spanviz.validators import check_bool, check_choice, check_float, check_int
+from spanviz.spans.config import SpanConfig
+from spanviz.spans.core import build_grad_fns
+from spanviz.validators import check_bool, check_choice, check_fields, check_float, check_int
 
 ATTN_BACKENDS = ("auto", "explicit", "sdpa", "flex")
 HOOK_NAMES = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern")
@@ -68,7 +69,7 @@ class GPTConfig:
         qk_norm: normalise q and k per head (RMSNorm over d_head, learnable gain) — the QK-norm stabiliser.
         qk_rank: r, constrains each head's W^Q_h to rank r (so W^Q_h W^K_hᵀ has rank <= r); None = full
             rank d_head. 1 <= r <= d_head.
-        spans: span / violation gradient scaling setting (:class:`spanviz.spans.SpanConfig`), or None.
+        spans: span / violation gradient scaling setting (:class:`spanviz.SpanConfig`), or None.
         attn_backend: "auto" (fused unless something needs the explicit tensors; FlexAttention for
             local heads on CUDA), "explicit", "sdpa" or "flex" (CUDA only).
 
@@ -87,7 +88,7 @@ class GPTConfig:
     window: int | None = None
     qk_norm: bool = False
     qk_rank: int | None = None
-    spans: spans.SpanConfig | None = None
+    spans: SpanConfig | None = None
     attn_backend: str = "auto"
 
     def __post_init__(self) -> None:
@@ -105,12 +106,12 @@ class GPTConfig:
             object.__setattr__(self, "qk_rank", check_int("qk_rank", self.qk_rank, 1, self.d_head))
         if isinstance(self.spans, Mapping):
             try:
-                object.__setattr__(self, "spans", spans.SpanConfig(**self.spans))
+                object.__setattr__(self, "spans", SpanConfig(**self.spans))
             except (TypeError, ValueError) as exc:  # unknown key, or a bad value inside the dict
                 raise ValueError(f"spans: {exc}") from exc
         if self.spans is not None:
-            if not isinstance(self.spans, spans.SpanConfig):
-                raise ValueError(f"spans must be a spanviz.spans.SpanConfig, a dict or None, got {self.spans!r}")
+            if not isinstance(self.spans, SpanConfig):
+                raise ValueError(f"spans must be a spanviz.SpanConfig, a dict or None, got {self.spans!r}")
             self.spans.check_layers(self.n_layer)
         check_choice("attn_backend", self.attn_backend, ATTN_BACKENDS)
 
@@ -134,23 +135,7 @@ class GPTConfig:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> GPTConfig:
         """Inverse of :meth:`to_dict`. Unknown keys raise ``ValueError``."""
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown GPTConfig field(s) {sorted(unknown)}; allowed: {sorted(known)}")
-        return cls(**dict(d))
-
-
-class HookPoint(nn.Module):
-    """Identity that names a tensor so forward hooks can read or replace it (TransformerLens convention)."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        return x
-
-    @property
-    def active(self) -> bool:
-        """True when at least one forward hook is registered."""
-        return bool(self._forward_hooks)
+        return cls(**check_fields(cls, d))
 
 
 class LowRankQuery(nn.Module):
@@ -349,7 +334,7 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
-class TinyGPT(nn.Module):
+class TinyGPT(HookedRootModule):
     """A small GPT-2-style language model: learned positions, pre-LN blocks, GELU MLP, tied embeddings.
 
     Init: N(0, 0.02) for all weights, N(0, 0.02/√(2·n_layer)) for the residual output projections
@@ -388,7 +373,7 @@ class TinyGPT(nn.Module):
             if getattr(module, "bias", None) is not None:
                 nn.init.zeros_(module.bias)
 
-    def set_span_scaling(self, span_cfg: spans.SpanConfig | None) -> None:
+    def set_span_scaling(self, span_cfg: SpanConfig | None) -> None:
         """Install (or remove, with None) span / violation gradient scaling on the configured layers.
 
         Changes only the backward pass; ``self.cfg`` is updated so run records stay truthful.
@@ -400,7 +385,7 @@ class TinyGPT(nn.Module):
             attn = block.attn
             attn.score_grad_fn, attn.qk_grad_fn = None, None
             if span_cfg is not None and span_cfg.applies_to(attn.layer):
-                attn.score_grad_fn, attn.qk_grad_fn = spans.build_grad_fns(span_cfg)
+                attn.score_grad_fn, attn.qk_grad_fn = build_grad_fns(span_cfg)
 
     def forward(self, idx: Tensor, targets: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         if idx.dim() != 2:
@@ -417,56 +402,6 @@ class TinyGPT(nn.Module):
         if targets is not None:
             loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
         return logits, loss
-
-    # --------------------------------------------------------------------------------- hooks and cache
-    def hook_points(self) -> dict[str, HookPoint]:
-        """All hook points by name, e.g. ``blocks.0.attn.hook_attn_scores``."""
-        return {name: m for name, m in self.named_modules() if isinstance(m, HookPoint)}
-
-    @contextmanager
-    def hooks(self, fwd_hooks: Mapping[str, Callable[[Tensor], Tensor | None]]) -> Iterator[TinyGPT]:
-        """Temporarily register forward hooks ``fn(tensor) -> tensor | None`` on named hook points.
-
-        Returning a tensor replaces the hooked value. Raises ``ValueError`` for unknown names.
-        """
-        points = self.hook_points()
-        unknown = [n for n in fwd_hooks if n not in points]
-        if unknown:
-            raise ValueError(f"unknown hook point(s) {unknown}; e.g. {sorted(points)[:5]}")
-        handles = [points[n].register_forward_hook(lambda _m, _i, out, fn=fn: fn(out)) for n, fn in fwd_hooks.items()]
-        try:
-            yield self
-        finally:
-            for h in handles:
-                h.remove()
-
-    def run_with_cache(
-        self, idx: Tensor, names: Iterable[str] | Callable[[str], bool] | None = None
-    ) -> tuple[Tensor, dict[str, Tensor]]:
-        """Forward pass that also returns the (detached) tensors at the selected hook points.
-
-        Args:
-            idx: (B, T) token ids.
-            names: hook-point names, or a predicate on names; None caches every hook point.
-        Returns:
-            (logits (B, T, V), {name: tensor}). Selecting ``hook_attn_scores`` or ``hook_pattern`` routes
-            attention through the explicit path for this call.
-        """
-        points = self.hook_points()
-        if names is None:
-            selected = list(points)
-        elif callable(names):
-            selected = [n for n in points if names(n)]
-        else:
-            selected = list(names)
-        cache: dict[str, Tensor] = {}
-
-        def saver(name: str) -> Callable[[Tensor], None]:
-            return lambda t: cache.update({name: t.detach()})  # returns None: the tensor is not replaced
-
-        with self.hooks({n: saver(n) for n in selected}):
-            logits, _ = self(idx)
-        return logits, cache
 
     def num_params(self) -> int:
         """Number of distinct parameters (tied embeddings counted once)."""

@@ -192,8 +192,9 @@ def _read_cache(cache: Path, key: str) -> tuple[Tensor, Tensor, Tokenizer] | Non
 
 
 def load_tokens(data_dir: str | os.PathLike[str] | None = None, **settings: Any) -> TokenData:
-    """:func:`prepare_tokens` from the folder and splits of the split policy (:func:`spanviz.settings.resolve_data_source`
-    with a local folder's splits defaulting to :data:`~spanviz.settings.OFFLINE_SPLITS`): what the panels, the
+    """:func:`prepare_tokens` from the folder and splits of the split policy
+    (:func:`spanviz.settings.resolve_data_source` with a local folder's splits defaulting to
+    :data:`~spanviz.settings.OFFLINE_SPLITS`): what the panels, the
     experiments and the notebooks read.
 
     Args:

@@ -20,8 +20,8 @@ Read :mod:`spanviz.fp8.core` first: it is the technique, top to bottom. Beside i
   :func:`utilisation`;
 * :mod:`~spanviz.fp8.probe` — the training probe :class:`FP8Probe`;
 * :mod:`~spanviz.fp8.demos` — the rank-knob demo :func:`random_bounds_vs_rank`, :func:`bounds_at_delta` (its
-  rows at another δ) and :func:`bound_scales` (the scale each bound gives, as notebook 03's table shows it); :class:`BoundsVsRank`
-  caches the draw for the panel's sliders.
+  rows at another δ), :func:`bound_scales` (the scale each bound gives, as notebook 03's table shows it) and
+  :class:`BoundsVsRank` (the draw cached for the panel's sliders).
 
 Every public name is importable from ``spanviz.fp8`` itself.
 """
@@ -56,7 +56,8 @@ from spanviz.fp8.scaling import (
 )
 
 __all__ = [
-    "ALPHA_CHOICES", "BOUND_KEYS", "BoundsVsRank", "STRATEGY_LABELS", "CAST_OVERFLOW", "DELAYED_ALGOS", "EXACT_METHODS", "FORMATS", "FP8_MAX",
+    "ALPHA_CHOICES", "BOUND_KEYS", "BoundsVsRank", "STRATEGY_LABELS", "CAST_OVERFLOW", "DELAYED_ALGOS",
+    "EXACT_METHODS", "FORMATS", "FP8_MAX",
     "OVERFLOW_COUNTS", "STRATEGIES", "CalibratedAlpha", "DelayedScaling", "FP8Probe", "FoldedQK", "PowerIteration",
     "alpha_agnostic", "alpha_star", "bound_scales", "bounds_at_delta", "count_overflow", "fake_quantize", "fold_qk",
     "geometry_scale", "layer_sigma", "logit_bounds", "normalized_input", "random_bounds_vs_rank",

@@ -3,7 +3,9 @@
 * :func:`required_logit_gap` — the softmax margin a global head needs to put mass 1 − ε on its p most recent
   keys; it grows with the context, a local head needs none;
 * :func:`toy_band_fit` — one attention head (free Q, K or a small MLP of positions) fitted to "uniform over the
-  last p keys": a low-rank global head keeps inflating its max logit, a local head fits with small logits.
+  last p keys": a low-rank global head keeps inflating its max logit, a local head fits with small logits;
+* :func:`head_masks` / :func:`head_labels` — every head's mask as a dense bool array and its title (notebook 02's
+  mask figure).
 
 Source: spanviz's reconstruction of the argument and the mechanism claimed in arXiv 2505.15548.
 """
@@ -211,3 +213,22 @@ def _toy_band_fit(config: dict[str, Any], log_every: int) -> dict[str, Any]:
         "seconds": time.perf_counter() - t0,
         "cpu_seconds": time.process_time() - c0,
     }
+
+
+def head_masks(n_head: int, n_local: int, window: int, T: int, threads: int | None = None) -> np.ndarray:
+    """bool (H, T, T): True where query i (row) may attend key j (column), per head.
+
+    Args:
+        n_head: H. n_local: local heads (the first ones), 0..H. window: p >= 1. T: context length.
+        threads: torch intra-op threads (None: leave torch's setting).
+    Raises:
+        What :func:`head_mask_mod` / :func:`dense_mask` raise (bad sizes).
+    """
+    mod = head_mask_mod(n_local=n_local, window=window)
+    with torch_threads(threads):
+        return dense_mask(mod, n_head, T).numpy()  # (H, T, T)
+
+
+def head_labels(n_head: int, n_local: int, window: int) -> list[str]:
+    """One title per head: ``"head h: local (p=…)"`` for the first ``n_local``, ``"head h: global"`` after."""
+    return [f"head {h}: local (p={window})" if h < n_local else f"head {h}: global" for h in range(n_head)]

@@ -11,11 +11,10 @@ import numpy as np
 import plotly.graph_objects as go
 
 from spanviz import plots
-from spanviz.local_global import LogitProbe
+from spanviz.local_global import LogitProbe, head_labels, head_masks
 from spanviz.model import GPTConfig
 from spanviz.runner import TrainerLike
 from spanviz.train import TrainConfig
-from spanviz.views.local_global import head_labels, head_masks
 from spanviz.widgets.figures import FigureView, computing, slider
 from spanviz.widgets.panel import ANALYTIC_THREADS, Panel
 from spanviz.widgets.training import LOSS_VIEW, History, LiveView, RunSpec
