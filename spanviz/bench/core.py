@@ -96,8 +96,9 @@ def interleaved_medians(
     Each closure gets a :class:`torch.utils.benchmark.Timer` at the current torch thread count (the Timer pins it
     while measuring; its clock synchronizes CUDA and other accelerators). In each round every closure is measured
     once, round-robin (ABAB...), so drifts of a shared machine hit all alike: ``Timer.blocked_autorange`` with no
-    minimum run time, which is one warm-up call then one timed call for anything slower than a few microseconds.
-    The first ``warmup`` rounds are discarded; the medians are over the next ``repeats`` rounds.
+    minimum run time, which is one untimed call (its block-size estimate, a warm-up) then one timed call — twice
+    the calls of timing alone. The first ``warmup`` rounds are discarded; the medians are over the next
+    ``repeats`` rounds.
 
     Args:
         steps: name → closure taking no arguments. repeats: timed rounds, >= 1. warmup: discarded rounds, >= 0.
@@ -175,7 +176,6 @@ def bench_notebook(data_dir: str, steps: int = 40, device: str = "cpu") -> dict:
         config={**NOTEBOOK_CONFIG, "batch_size": NOTEBOOK_BATCH},
     )
     return result
-
 
 
 def bench_core(device: str = "cpu", quick: bool = False, data_dir: str | None = None) -> dict:

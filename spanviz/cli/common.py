@@ -31,7 +31,6 @@ def shrink(n: int | None, low: int = 1) -> int | None:
     return None if n is None else max(low, math.ceil(n / 100))
 
 
-
 def announce_smoke(what: str) -> None:
     print(f"{ENV_SMOKE}=1: {what}", file=sys.stderr)
 

@@ -93,8 +93,6 @@ def _command_type(train_default: TrainCommand | None) -> Any:
     return Union[tuple(options)]  # noqa: UP007 - built at run time
 
 
-
-
 def parse(argv: Sequence[str], train_default: TrainCommand | None) -> Any:
     """The command object of ``argv`` (tyro). Help goes to stdout as tyro renders it; a parse error becomes a
     :class:`UsageError` with tyro's message on one line. Raises ``SystemExit(0)`` after printing help."""

@@ -283,7 +283,6 @@ def config_from(config_class: type, kwargs: Mapping[str, Any]) -> Any:
         raise UsageError(as_flags(str(error))) from None
 
 
-
 _SEPARATOR = re.compile(r"^[\s│╭╮╰╯─┬┴├┤-]*$")
 
 

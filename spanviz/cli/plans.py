@@ -39,7 +39,6 @@ def smoke_train(cmd: TrainCommand) -> TrainCommand:
     return replace(cmd, train=train, model=model, probes=probes)
 
 
-
 @dataclass
 class TrainPlan:
     """Everything ``spanviz train`` checked before loading data: configs, probes, data settings, resume state."""

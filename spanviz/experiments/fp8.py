@@ -28,19 +28,20 @@ from __future__ import annotations
 
 import logging
 import os
-import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
+
+import torch
 
 from spanviz import data as data_lib
 from spanviz import fp8
 from spanviz.experiments.core import compare_groups, format_table, run_grid, seed_list
 from spanviz.experiments.executors import Executor, make_executor
-from spanviz.experiments.fp8_runs import WeightSwap, alpha_obs, overflow_rows
-from spanviz.model import GPTConfig
+from spanviz.experiments.fp8_runs import METRIC, alpha_obs, overflow_rows, sweep_verdict
+from spanviz.model import GPTConfig, LowRankQuery
 from spanviz.train import TrainConfig
-from spanviz.validators import check_choice, check_int
+from spanviz.validators import check_choice, check_float, check_int
 
 logger = logging.getLogger(__name__)
 
@@ -48,14 +49,79 @@ SCENARIOS = ("lr_spike", "weight_swap", "none")
 SIZES = ("cpu",)
 STRATEGIES = ("delayed", "theory", "deterministic", "calibrated")
 """The strategies the experiment compares; "delayed" is the baseline of every comparison."""
-METRIC = "overflow_during"
-"""The compared per-seed number: overflowing logits in the transient window (summed over layers and steps)."""
 
 DEFAULT_MODEL = dict(context_length=64, n_layer=2, n_head=4, d_model=64)
 """A CPU-sized tiny GPT (``vocab_size`` comes from the data)."""
 
 DEFAULT_TRAIN = dict(batch_size=8, lr=1e-3, warmup_steps=10, eval_iters=2, weight_decay=0.1, grad_clip=1.0)
 """Training defaults; ``steps``, ``seed``, ``device``, ``eval_interval`` and the spike are set per run."""
+
+
+class WeightSwap:
+    """Trainer callback ``cb(trainer, row)``: a sudden weight change after update ``at_step``.
+
+    Exactly one of:
+        checkpoint_path: load the model weights of that checkpoint (a spanviz checkpoint, whose ``"model"``
+            entry is used, or a plain state dict) — "loading pretrained weights mid-run";
+        scale_wq: multiply the query projection (weight and bias; for a low-rank query its up-projection
+            and bias) of ``layer`` (None = every layer) by this factor, which multiplies that layer's
+            attention logits by exactly ``scale_wq``.
+
+    The change happens in the callback after the update whose row has ``step == at_step``; update
+    ``at_step + 1`` is the first to run, and its probes the first to measure, on the new weights.
+    The optimizer state is kept (as when weights are swapped under a running optimizer).
+
+    Attributes: ``applied_at`` (the update after which it fired, or None).
+    Raises: ValueError on bad arguments (both or neither of checkpoint_path / scale_wq, scale_wq <= 0,
+        at_step < 0, negative layer) and, when firing, for a layer index out of range.
+    Source: spanviz's rendering of the paper's "weight swap" transient.
+    """
+
+    def __init__(
+        self,
+        at_step: int,
+        checkpoint_path: str | os.PathLike[str] | None = None,
+        scale_wq: float | None = None,
+        layer: int | None = None,
+    ) -> None:
+        check_int("at_step", at_step, 0)
+        if (checkpoint_path is None) == (scale_wq is None):
+            raise ValueError(
+                f"give exactly one of checkpoint_path and scale_wq, got checkpoint_path={checkpoint_path!r}, "
+                f"scale_wq={scale_wq!r}"
+            )
+        if scale_wq is not None:
+            check_float("scale_wq", scale_wq, 0, low_open=True)
+        if layer is not None:  # None: every layer
+            check_int("layer", layer, 0)
+        self.at_step = at_step
+        self.checkpoint_path = None if checkpoint_path is None else str(checkpoint_path)
+        self.scale_wq = None if scale_wq is None else float(scale_wq)
+        self.layer = layer
+        self.applied_at: int | None = None
+
+    def __call__(self, trainer: Any, row: Mapping[str, Any]) -> None:
+        if self.applied_at is not None or row.get("step") != self.at_step:
+            return
+        model = trainer.model
+        if self.checkpoint_path is not None:
+            state = torch.load(self.checkpoint_path, map_location="cpu", weights_only=True)
+            model.load_state_dict(state["model"] if isinstance(state, dict) and "model" in state else state)
+        else:
+            n_layer = len(model.blocks)
+            if self.layer is not None and self.layer >= n_layer:
+                raise ValueError(f"layer must be in [0, {n_layer}) for this model, got {self.layer}")
+            layers = range(n_layer) if self.layer is None else [self.layer]
+            with torch.no_grad():
+                for i in layers:
+                    q = model.blocks[i].attn.W_Q
+                    weight = q.up if isinstance(q, LowRankQuery) else q.weight
+                    weight.mul_(self.scale_wq)
+                    if q.bias is not None:
+                        q.bias.mul_(self.scale_wq)
+        self.applied_at = self.at_step
+        logger.info("weight swap after update %d (%s)", self.at_step,
+                    self.checkpoint_path or f"W_Q × {self.scale_wq:g}, layer {self.layer}")  # fmt: skip
 
 
 def variant_name(scenario: str, margin: float) -> str:
@@ -212,7 +278,7 @@ def fp8_sweep(
         "per_seed": table,
         "comparisons": specs,
         "runs": runs,
-        "verdict": _verdict(table, rows, strategies),
+        "verdict": sweep_verdict(table, rows, strategies),
         "event_step": event,
         "window": window,
         "strategies": list(strategies),
@@ -223,24 +289,6 @@ def fp8_sweep(
                      **transient},  # fmt: skip
         "data": data.describe(),
     }
-
-
-def _verdict(table: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]], strategies: Sequence[str]) -> str:
-    """Per scenario and margin: in how many seeds each strategy overflowed in the window, and its test."""
-    tests = {(r["scenario"], r["margin"], r["strategy"]): r["verdict"] for r in rows}
-    sentences = []
-    for name in dict.fromkeys(row["variant"] for row in table):
-        runs = [row for row in table if row["variant"] == name]
-        parts = []
-        for s in strategies:
-            counts = [row[METRIC] for row in runs if row["strategy"] == s]
-            text = f"{s} in {sum(c > 0 for c in counts)} of {len(counts)} seeds (mean {statistics.fmean(counts):.4g})"
-            verdict = tests.get((runs[0]["scenario"], runs[0]["margin"], s), "")
-            if verdict not in ("", "baseline"):
-                text += f" [vs delayed: {verdict}]"
-            parts.append(text)
-        sentences.append(f"{name}: logits overflowing in the transient window — " + "; ".join(parts) + ".")
-    return " ".join(sentences)
 
 
 def fp8_transients(

@@ -1,89 +1,17 @@
-"""One run of the FP8 transients experiment (arXiv 2602.18851): the weight-swap transient, and what a run's history
-says — overflowing logits per strategy before, during and after the transient, and how close the logits came to
-the worst-case bound. :mod:`spanviz.experiments.fp8` runs the sweep."""
+"""What the runs of the FP8 transients experiment (arXiv 2602.18851) say: from a run's history, overflowing logits
+per strategy before, during and after the transient, and how close the logits came to the worst-case bound; over
+the sweep, one sentence per scenario and margin. :mod:`spanviz.experiments.fp8` runs the sweep."""
 
 from __future__ import annotations
 
-import logging
-import os
 import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
-
-from spanviz.model import LowRankQuery
 from spanviz.train import RunRecord
-from spanviz.validators import check_float, check_int
 
-logger = logging.getLogger(__name__)
-
-
-class WeightSwap:
-    """Trainer callback ``cb(trainer, row)``: a sudden weight change after update ``at_step``.
-
-    Exactly one of:
-        checkpoint_path: load the model weights of that checkpoint (a spanviz checkpoint, whose ``"model"``
-            entry is used, or a plain state dict) — "loading pretrained weights mid-run";
-        scale_wq: multiply the query projection (weight and bias; for a low-rank query its up-projection
-            and bias) of ``layer`` (None = every layer) by this factor, which multiplies that layer's
-            attention logits by exactly ``scale_wq``.
-
-    The change happens in the callback after the update whose row has ``step == at_step``; update
-    ``at_step + 1`` is the first to run, and its probes the first to measure, on the new weights.
-    The optimizer state is kept (as when weights are swapped under a running optimizer).
-
-    Attributes: ``applied_at`` (the update after which it fired, or None).
-    Raises: ValueError on bad arguments (both or neither of checkpoint_path / scale_wq, scale_wq <= 0,
-        at_step < 0, negative layer) and, when firing, for a layer index out of range.
-    Source: spanviz's rendering of the paper's "weight swap" transient.
-    """
-
-    def __init__(
-        self,
-        at_step: int,
-        checkpoint_path: str | os.PathLike[str] | None = None,
-        scale_wq: float | None = None,
-        layer: int | None = None,
-    ) -> None:
-        check_int("at_step", at_step, 0)
-        if (checkpoint_path is None) == (scale_wq is None):
-            raise ValueError(
-                f"give exactly one of checkpoint_path and scale_wq, got checkpoint_path={checkpoint_path!r}, "
-                f"scale_wq={scale_wq!r}"
-            )
-        if scale_wq is not None:
-            check_float("scale_wq", scale_wq, 0, low_open=True)
-        if layer is not None:  # None: every layer
-            check_int("layer", layer, 0)
-        self.at_step = at_step
-        self.checkpoint_path = None if checkpoint_path is None else str(checkpoint_path)
-        self.scale_wq = None if scale_wq is None else float(scale_wq)
-        self.layer = layer
-        self.applied_at: int | None = None
-
-    def __call__(self, trainer: Any, row: Mapping[str, Any]) -> None:
-        if self.applied_at is not None or row.get("step") != self.at_step:
-            return
-        model = trainer.model
-        if self.checkpoint_path is not None:
-            state = torch.load(self.checkpoint_path, map_location="cpu", weights_only=True)
-            model.load_state_dict(state["model"] if isinstance(state, dict) and "model" in state else state)
-        else:
-            n_layer = len(model.blocks)
-            if self.layer is not None and self.layer >= n_layer:
-                raise ValueError(f"layer must be in [0, {n_layer}) for this model, got {self.layer}")
-            layers = range(n_layer) if self.layer is None else [self.layer]
-            with torch.no_grad():
-                for i in layers:
-                    q = model.blocks[i].attn.W_Q
-                    weight = q.up if isinstance(q, LowRankQuery) else q.weight
-                    weight.mul_(self.scale_wq)
-                    if q.bias is not None:
-                        q.bias.mul_(self.scale_wq)
-        self.applied_at = self.at_step
-        logger.info("weight swap after update %d (%s)", self.at_step,
-                    self.checkpoint_path or f"W_Q × {self.scale_wq:g}, layer {self.layer}")  # fmt: skip
+METRIC = "overflow_during"
+"""The compared per-seed number: overflowing logits in the transient window (summed over layers and steps)."""
 
 
 def overflow_rows(
@@ -148,4 +76,24 @@ def alpha_obs(record: RunRecord, n_layer: int) -> dict[str, float | None]:
             "alpha_obs_max": max(per_step) if per_step else None}  # fmt: skip
 
 
-__all__ = ["WeightSwap", "alpha_obs", "overflow_rows"]
+
+def sweep_verdict(table: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]], strategies: Sequence[str]
+                  ) -> str:
+    """Per scenario and margin: in how many seeds each strategy overflowed in the window, and its test."""
+    tests = {(r["scenario"], r["margin"], r["strategy"]): r["verdict"] for r in rows}
+    sentences = []
+    for name in dict.fromkeys(row["variant"] for row in table):
+        runs = [row for row in table if row["variant"] == name]
+        parts = []
+        for s in strategies:
+            counts = [row[METRIC] for row in runs if row["strategy"] == s]
+            text = f"{s} in {sum(c > 0 for c in counts)} of {len(counts)} seeds (mean {statistics.fmean(counts):.4g})"
+            verdict = tests.get((runs[0]["scenario"], runs[0]["margin"], s), "")
+            if verdict not in ("", "baseline"):
+                text += f" [vs delayed: {verdict}]"
+            parts.append(text)
+        sentences.append(f"{name}: logits overflowing in the transient window — " + "; ".join(parts) + ".")
+    return " ".join(sentences)
+
+
+__all__ = ["METRIC", "alpha_obs", "overflow_rows", "sweep_verdict"]
