@@ -197,8 +197,7 @@ def fp8_sweep(
             bad seeds, margins or window, ...) before any data are loaded, or as the trainer / probe raise.
     Source: arXiv 2602.18851's transient scenarios, spanviz's setup and statistics.
     """
-    if size not in SIZES:
-        raise ValueError(f"size must be one of {SIZES}, got {size!r}")
+    check_choice("size", size, SIZES)
     seeds = seed_list(seeds)
     steps = 100 if steps is None else steps
     check_int("steps", steps, 2)

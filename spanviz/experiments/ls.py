@@ -37,7 +37,7 @@ from spanviz.experiments.core import compare_groups, describe_comparison, per_se
 from spanviz.experiments.executors import Executor, make_executor
 from spanviz.model import GPTConfig
 from spanviz.train import RunRecord, TrainConfig
-from spanviz.validators import check_int
+from spanviz.validators import check_choice, check_int
 
 logger = logging.getLogger(__name__)
 
@@ -146,8 +146,7 @@ def ls_variants(
     Raises:
         ValueError: unknown size, or as :class:`GPTConfig` / :class:`TrainConfig` raise.
     """
-    if size not in SIZES:
-        raise ValueError(f"size must be one of {tuple(SIZES)}, got {size!r}")
+    check_choice("size", size, SIZES)
     spec = SIZES[size]
     train_kw = dict(spec["train"])
     if steps is not None:
@@ -219,8 +218,7 @@ def ls_sweep(
     Source: arXiv 2505.15548's comparison as reconstructed by spanviz.
     """
     seeds = seed_list(seeds)
-    if size not in SIZES:
-        raise ValueError(f"size must be one of {tuple(SIZES)}, got {size!r}")
+    check_choice("size", size, SIZES)
     every = SIZES[size]["probe_every"] if probe_every is None else probe_every
     local_global.LogitProbe(every=every)  # validate before loading data or training
     executor = make_executor(executor)  # e.g. Ray missing: say so before loading data

@@ -41,7 +41,7 @@ from spanviz.experiments.executors import Executor, make_executor
 from spanviz.model import GPTConfig
 from spanviz.spans import SpanConfig
 from spanviz.train import TrainConfig
-from spanviz.validators import check_int
+from spanviz.validators import check_choice, check_int
 
 logger = logging.getLogger(__name__)
 
@@ -102,8 +102,7 @@ def build_variants(
         GPTConfig / TrainConfig.
     Source: spanviz's rendering of the paper's protocol.
     """
-    if size not in SIZES:
-        raise ValueError(f"size must be one of {SIZES}, got {size!r}")
+    check_choice("size", size, SIZES)
     groups = tuple(groups)
     if not groups or any(g not in GROUPS for g in groups):
         raise ValueError(f"groups must be a non-empty selection of {GROUPS}, got {groups!r}")
