@@ -11,6 +11,11 @@ config (d_model 128, 2 layers, 4 heads, T 128, batch 16, vocab 8192), in one run
 * ``power_step``: fold, then one warm-started implicit power iteration for all layers (target <= 0.5 %);
   ``power_step_prefolded``: the iteration alone, on weights folded beforehand.
 
+Each timed call follows an untimed call of the same closure (``torch.utils.benchmark``'s warm-up), so the
+extra cost of the first small op after a train step (cold caches, about 0.5 ms for two layers on a 2-core CPU)
+is not in these numbers; before the Timer (the hand-rolled loop timed each call right after the train step) it
+was, and the exact σ measured about twice as much.
+
 Benchmarks, not tests: numbers depend on the machine and its load (a shared machine is noisy; medians of
 interleaved calls damp but do not remove that).
 """
