@@ -89,20 +89,23 @@ def make_train_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Calla
 
 
 def interleaved_medians(
-    steps: dict[str, Callable[[], None]], repeats: int, warmup: int = 3, device: torch.device | str = "cpu"
+    steps: dict[str, Callable[[], None]], repeats: int, warmup: int = 3, device: torch.device | str = "cpu",
+    min_run_time: float = 0.0,
 ) -> dict[str, float]:
     """Median seconds per call of each closure, measured by ``torch.utils.benchmark`` in interleaved rounds.
 
     Each closure gets a :class:`torch.utils.benchmark.Timer` at the current torch thread count (the Timer pins it
     while measuring; its clock synchronizes CUDA and other accelerators). In each round every closure is measured
-    once, round-robin (ABAB...), so drifts of a shared machine hit all alike: ``Timer.blocked_autorange`` with no
-    minimum run time, which is one untimed call (its block-size estimate, a warm-up) then one timed call — twice
-    the calls of timing alone. The first ``warmup`` rounds are discarded; the medians are over the next
-    ``repeats`` rounds.
+    once, round-robin (ABAB...), so drifts of a shared machine hit all alike: ``Timer.blocked_autorange`` of
+    ``min_run_time`` seconds — with the default 0, one untimed call (its block-size estimate, a warm-up) then one
+    timed call, twice the calls of timing alone; with more, a block of calls long enough that the timer's own
+    overhead vanishes (sub-millisecond kernels). The first ``warmup`` rounds are discarded; the medians are over
+    the blocks of the next ``repeats`` rounds, per call.
 
     Args:
         steps: name → closure taking no arguments. repeats: timed rounds, >= 1. warmup: discarded rounds, >= 0.
         device: kept for callers; the Timer synchronizes whatever accelerator is present.
+        min_run_time: seconds of timed calls per closure and round, >= 0.
     Returns:
         name → median seconds per call.
     Source: ``torch.utils.benchmark`` (PyTorch's benchmark utilities).
@@ -113,7 +116,7 @@ def interleaved_medians(
     measured: dict[str, list[benchmark.Measurement]] = {name: [] for name in steps}
     for round_ in range(warmup + repeats):
         for name, timer in timers.items():
-            measurement = timer.blocked_autorange(min_run_time=0.0)
+            measurement = timer.blocked_autorange(min_run_time=min_run_time)
             if round_ >= warmup:
                 measured[name].append(measurement)
     return {name: benchmark.Measurement.merge(ms)[0].median for name, ms in measured.items()}

@@ -1,9 +1,10 @@
 """Benchmark: LS-attention (local + global heads) over dense causal attention, at the attention-op level.
 
 One run, one random (q, k, v) of the paper's shape — 6 heads × d_head 32, 5 local (window p = 50) + 1
-global, T = 2048 — timed through every backend with ``torch.utils.benchmark`` (:func:`timed_medians`: torch's
-thread count held, warm-up calls, CUDA synchronised around each timed block), the cases interleaved round by
-round (ABC ABC ...) so drifts of a shared machine hit all alike; medians compared. Cases:
+global, T = 2048 — timed through every backend with ``torch.utils.benchmark``
+(:func:`spanviz.bench.core.interleaved_medians`: torch's thread count held, warm-up rounds, CUDA synchronised
+around each timed block), the cases interleaved round by round (ABC ABC ...) so drifts of a shared machine hit
+all alike; medians compared. Cases:
 
 * ``dense_causal_sdpa`` — the baseline: ``scaled_dot_product_attention(..., is_causal=True)``;
 * ``ls_sdpa`` — SDPA with the LS boolean mask (dense mask: no work is skipped), :func:`spanviz.model.fused_attention`;
@@ -33,9 +34,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_block_mask
-from torch.utils import benchmark
 
 from spanviz import local_global
+from spanviz.bench.core import interleaved_medians
 from spanviz.model import GPTConfig, TinyGPT, explicit_attention, fused_attention
 from spanviz.validators import check_choice, check_float, check_int
 
@@ -52,28 +53,8 @@ CAVEAT = (
 )
 
 
-def timed_medians(
-    closures: dict[str, Callable[[], None]], rounds: int, warmup: int = 0, min_run_time: float = MIN_RUN_TIME
-) -> dict[str, float]:
-    """Median milliseconds per call of each closure, timed with ``torch.utils.benchmark.Timer``.
-
-    ``warmup`` untimed calls of each closure first (lazy initialisation; the first FlexAttention call compiles),
-    then ``rounds`` rounds; in each round every closure gets one ``blocked_autorange(min_run_time)`` (a block
-    size large enough that the timer's overhead vanishes; CUDA synchronised around each block; torch's current
-    intra-op thread count held), in a fixed order, so drifts of a shared machine hit all alike. A case's median
-    is over all its blocks of all rounds, per call.
-    """
-    for _ in range(warmup):
-        for fn in closures.values():
-            fn()
-    threads = torch.get_num_threads()
-    timers = {name: benchmark.Timer("fn()", globals={"fn": fn}, num_threads=threads, description=name)
-              for name, fn in closures.items()}  # fmt: skip
-    blocks: dict[str, list[benchmark.Measurement]] = {name: [] for name in closures}
-    for _ in range(rounds):
-        for name, timer in timers.items():
-            blocks[name].append(timer.blocked_autorange(min_run_time=min_run_time))
-    return {name: 1e3 * benchmark.Measurement.merge(ms)[0].median for name, ms in blocks.items()}
+def _milliseconds(seconds: dict[str, float]) -> dict[str, float]:
+    return {name: 1e3 * s for name, s in seconds.items()}
 
 
 def mask_shares(T: int, n_head: int, n_local: int, window: int, block: int = BLOCK) -> dict[str, float]:
@@ -123,8 +104,9 @@ def bench_ls(
             CUDA — at batch 1 a GPU times kernel launches, not attention — and 1 on the CPU, so a run takes
             seconds).
         repeats: interleaved timing rounds per case and pass (>= 1; default 10, or 3 with ``quick``), each one
-            ``Timer.blocked_autorange`` of ``min_run_time`` seconds (> 0) (see :func:`timed_medians`). warmup:
-            untimed calls first (>= 1 on CUDA: the first flex call compiles).
+            ``Timer.blocked_autorange`` of ``min_run_time`` seconds (> 0)
+            (:func:`spanviz.bench.core.interleaved_medians`). warmup: discarded rounds first (>= 1 on CUDA: the
+            first flex call compiles).
         dtype: "auto" (bfloat16 on CUDA, float32 on CPU), "float32" or "bfloat16".
         seed: for q, k, v.
     Returns:
@@ -198,7 +180,8 @@ def bench_ls(
     closures = {}
     for name, fn in cases.items():
         closures[f"{name}/forward"], closures[f"{name}/forward_backward"] = forward(fn), forward_backward(fn)
-    med = timed_medians(closures, repeats, warmup=max(warmup, 1 if on_cuda else 0), min_run_time=min_run_time)
+    med = _milliseconds(interleaved_medians(closures, repeats, warmup=max(warmup, 1 if on_cuda else 0),
+                                           min_run_time=min_run_time))
     ms = {name: {p: med[f"{name}/{p}"] for p in passes} for name in cases}
     ratio = {name: {p: ms[name][p] / ms["dense_causal_sdpa"][p] for p in passes} for name in cases}
     out: dict[str, Any] = {
@@ -245,8 +228,8 @@ def bench_ls_model(
     Two models of the paper's shape (6 layers, d_model = n_head·d_head, T 2048; batch ``batch``), identical
     but for the masks: ``mhsa`` (every head global; fused causal SDPA, FlashAttention on CUDA) and ``ls``
     (``n_local`` local heads with window p, the rest global; FlexAttention with the cached block mask, the
-    ``"auto"`` backend). Timed under bf16 autocast with :func:`timed_medians` (``repeats`` rounds, 2 warm-up
-    calls): ``forward`` (no grad — the paper's inference latency) and ``train_step`` (forward, backward, AdamW).
+    ``"auto"`` backend). Timed under bf16 autocast with :func:`spanviz.bench.core.interleaved_medians`
+    (``repeats`` rounds, 2 warm-up rounds): ``forward`` (no grad — the paper's inference latency) and ``train_step`` (forward, backward, AdamW).
 
     Returns:
         ``{"config", "ms": {model: {"forward", "train_step"}}, "ratio_ls_over_mhsa": {"forward", "train_step"}}``.
@@ -280,7 +263,7 @@ def bench_ls_model(
             opt.step()
 
         closures[f"{name}/forward"], closures[f"{name}/train_step"] = forward, train_step
-    med = timed_medians(closures, repeats, warmup=2, min_run_time=min_run_time)
+    med = _milliseconds(interleaved_medians(closures, repeats, warmup=2, min_run_time=min_run_time))
     passes = ("forward", "train_step")
     ms = {name: {p: med[f"{name}/{p}"] for p in passes} for name in configs}
     return {
