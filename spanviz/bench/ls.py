@@ -229,7 +229,8 @@ def bench_ls_model(
     but for the masks: ``mhsa`` (every head global; fused causal SDPA, FlashAttention on CUDA) and ``ls``
     (``n_local`` local heads with window p, the rest global; FlexAttention with the cached block mask, the
     ``"auto"`` backend). Timed under bf16 autocast with :func:`spanviz.bench.core.interleaved_medians`
-    (``repeats`` rounds, 2 warm-up rounds): ``forward`` (no grad — the paper's inference latency) and ``train_step`` (forward, backward, AdamW).
+    (``repeats`` rounds, 2 warm-up rounds): ``forward`` (no grad — the paper's inference latency) and
+    ``train_step`` (forward, backward, AdamW).
 
     Returns:
         ``{"config", "ms": {model: {"forward", "train_step"}}, "ratio_ls_over_mhsa": {"forward", "train_step"}}``.
