@@ -7,7 +7,6 @@ from contextlib import ExitStack
 from dataclasses import replace
 from typing import Any
 
-from tqdm.auto import tqdm
 
 from spanviz.cli.common import announce_smoke, check_home, load_data, smoke
 from spanviz.cli.options import TrainCommand, UsageError, as_flags
@@ -16,7 +15,7 @@ from spanviz.cli.plans import (
 )
 from spanviz.files import check_writable_folder, folder_lock
 from spanviz.store import ResultsStore
-from spanviz.train import Trainer, check_runnable
+from spanviz.train import ProgressBar, Trainer, check_runnable
 
 
 def cmd_train(cmd: TrainCommand, given: set[str]) -> int:
@@ -67,17 +66,10 @@ def train_and_report(cmd: TrainCommand, plan: TrainPlan, data: Any) -> int:
     else:
         model_cfg = replace(plan.model_cfg, vocab_size=data.vocab_size)
         trainer = Trainer(model_cfg, plan.train_cfg, data, probes=probes, out_dir=cmd.out)
-    total, done = trainer.train_cfg.steps, trainer.step_count
-    with tqdm(total=total, initial=done, desc="train", unit="step", dynamic_ncols=True) as bar:
-        def progress(row: dict[str, Any]) -> None:
-            bar.update(1)
-            postfix = {"loss": f"{row['train_loss']:.3f}"}
-            if row.get("val_loss") is not None:
-                postfix["val"] = f"{row['val_loss']:.3f}"
-            bar.set_postfix(postfix, refresh=False)
-
+    total = trainer.train_cfg.steps
+    with ProgressBar(trainer, desc="train") as bar:
         try:
-            record = trainer.run(progress=progress)
+            record = trainer.run(progress=bar)
         except KeyboardInterrupt:
             where = (f"; continue with: spanviz train --resume --out {cmd.out}" if cmd.out is not None
                      and trainer.last_checkpoint is not None else "")
