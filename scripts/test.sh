@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# All tests: set up (venv, CPU torch, spanviz[test], Chromium for the browser tests), then pytest.
+# All tests: set up (venv, CPU torch, spanviz[test], Chromium for the browser tests), the import-layer
+# contracts (lint-imports), then pytest.
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh -k spans -x`.
 set -euo pipefail
 SPANVIZ_EXTRAS="[test]"
@@ -9,4 +10,6 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
 cd "$repo"
+# The layer order (pyproject.toml [tool.importlinter]): settings → cores → model → probes → train → ... → cli.
+lint-imports --no-cache
 exec python -m pytest "$@"

@@ -30,6 +30,7 @@ import anywidget
 import ipywidgets as W
 import numpy as np
 import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs, get_plotlyjs_version
 import traitlets as T
 
 _NUMERIC_KINDS = "biuf"
@@ -88,8 +89,6 @@ def plotly_js() -> PlotlyJS:
     """The kernel's shared :class:`PlotlyJS` (made on first use, from the plotly.js bundled with plotly.py)."""
     global _PLOTLY_JS
     if _PLOTLY_JS is None or _PLOTLY_JS.comm is None:
-        from plotly.offline import get_plotlyjs, get_plotlyjs_version
-
         _PLOTLY_JS = PlotlyJS(source=get_plotlyjs(), version=get_plotlyjs_version())
     return _PLOTLY_JS
 

@@ -2,53 +2,53 @@
 
 Shapes: B batch, T context length (tokens), H = n_head, d = d_model, d_head = d_model / n_head, V vocab.
 
-The attention module has two paths that compute the same function:
+Attention has two paths that compute the same function (to fp32 tolerance, tested), side by side below; this
+is the one attention implementation of spanviz:
 
-* the **explicit** path forms the scores S = Q Kᵀ/√d_head (B, H, T, T) *before* the mask, adds an additive
-  mask (0 / -inf), applies softmax and multiplies by V. Every intermediate passes through a named
-  :class:`HookPoint` (TransformerLens naming: ``hook_q``, ``hook_k``, ``hook_v``, ``hook_attn_scores``,
-  ``hook_pattern``), so probes can read them and interventions can replace them;
-* the **fused** path calls ``torch.nn.functional.scaled_dot_product_attention`` (or FlexAttention on CUDA
-  for local/global heads) and never materialises the T×T matrices.
+* :func:`explicit_attention` forms the scores S = Q Kᵀ/√d_head (B, H, T, T) *before* the mask, adds the
+  additive mask (0 / −inf), applies softmax and multiplies by V. Every intermediate passes through a named
+  :class:`~spanviz.hook_points.HookPoint` (TransformerLens naming: ``hook_q``, ``hook_k``, ``hook_v``,
+  ``hook_attn_scores``, ``hook_pattern``), so probes can read them and interventions can replace them;
+* :func:`fused_attention` calls ``scaled_dot_product_attention`` (or FlexAttention on CUDA for local/global
+  heads) and never materialises the T×T matrices. It runs whenever nothing needs the explicit tensors (no
+  hook registered, no score-gradient transform, backend not forced).
 
-The fused path is used whenever nothing needs the explicit tensors (no hook registered, no score-gradient
-transform, backend not forced). The two agree to fp32 tolerance (tested).
+How the techniques plug in: the model imports their *core* files only — their settings are fields of
+:class:`GPTConfig` (so a run's store key holds them), and each layer builds its plug-in slots from them:
 
-The three techniques plug in without editing this file:
+* **per-head masks** (LS-attention, arXiv 2505.15548): ``n_local`` / ``window`` → a mask predicate and its cached
+  masks from :mod:`spanviz.local_global.core`; FlexAttention from :mod:`spanviz.local_global.flex`;
+* **score-gradient transforms** (span / violation scaling, arXiv 2512.13033): ``spans`` →
+  :func:`spanviz.spans.build_grad_fns`, applied to ∂L/∂S of the pre-mask scores (explicit path) or to ∂L/∂Q and
+  ∂L/∂K (fused path);
+* **probes** (logit growth, FP8 bounds) live in the technique packages and read the hook points and
+  :meth:`Attention.qk_weights`; the model imports none of them.
 
-* **per-head masks** (LS-attention, arXiv 2505.15548) come from a mask predicate built by
-  :mod:`spanviz.local_global` from ``GPTConfig.n_local`` / ``window``;
-* **score-gradient transforms** (span / violation scaling, arXiv 2512.13033) come from
-  :func:`spanviz.spans.build_grad_fns`: a function applied to ∂L/∂S of the pre-mask scores during backward
-  (explicit path), or a function applied to ∂L/∂Q and ∂L/∂K (works with the fused path);
-* **probes** (logit growth, FP8 bounds) read ``hook_attn_scores`` through :meth:`TinyGPT.run_with_cache`
-  and the per-head weights through :meth:`Attention.qk_weights`.
+A new mask or gradient transform needs no edit here: set the slots of :class:`Attention` (``mask_mod``,
+``score_grad_fn``, ``qk_grad_fn``) at run time.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, fields, replace
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from spanviz import local_global, spans
+from spanviz.hook_points import HookedRootModule, HookPoint
+from spanviz.local_global.config import check_head_split
+from spanviz.local_global.core import MaskMod, additive_mask, causal_mask, dense_mask_cached, head_mask_mod
+from spanviz.local_global.flex import flex_attention, flex_available
+from spanviz.spans.config import SpanConfig
+from spanviz.spans.core import build_grad_fns
+from spanviz.validators import check_bool, check_choice, check_fields, check_float, check_int
 
 ATTN_BACKENDS = ("auto", "explicit", "sdpa", "flex")
 HOOK_NAMES = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern")
-
-
-def _check_int(name: str, value: Any, low: int, high: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
-    if value < low or (high is not None and value > high):
-        allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise ValueError(f"{name} must be {allowed}, got {value}")
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class GPTConfig:
         qk_norm: normalise q and k per head (RMSNorm over d_head, learnable gain) — the QK-norm stabiliser.
         qk_rank: r, constrains each head's W^Q_h to rank r (so W^Q_h W^K_hᵀ has rank <= r); None = full
             rank d_head. 1 <= r <= d_head.
-        spans: span / violation gradient scaling setting (:class:`spanviz.spans.SpanConfig`), or None.
+        spans: span / violation gradient scaling setting (:class:`spanviz.SpanConfig`), or None.
         attn_backend: "auto" (fused unless something needs the explicit tensors; FlexAttention for
             local heads on CUDA), "explicit", "sdpa" or "flex" (CUDA only).
 
@@ -88,45 +88,32 @@ class GPTConfig:
     window: int | None = None
     qk_norm: bool = False
     qk_rank: int | None = None
-    spans: spans.SpanConfig | None = None
+    spans: SpanConfig | None = None
     attn_backend: str = "auto"
 
     def __post_init__(self) -> None:
-        _check_int("vocab_size", self.vocab_size, 1)
-        _check_int("context_length", self.context_length, 1)
-        _check_int("n_layer", self.n_layer, 1)
-        _check_int("n_head", self.n_head, 1)
-        _check_int("d_model", self.d_model, 1)
+        for name in ("vocab_size", "context_length", "n_layer", "n_head", "d_model"):  # numpy integers become ints
+            object.__setattr__(self, name, check_int(name, getattr(self, name), 1))
         if self.d_model % self.n_head:
-            raise ValueError(
-                f"d_model must be divisible by n_head, got d_model={self.d_model}, n_head={self.n_head}"
-            )
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) or not (
-            0.0 <= self.dropout < 1.0
-        ):
-            raise ValueError(f"dropout must be a number in [0, 1), got {self.dropout!r}")
-        for name in ("bias", "qk_norm"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        _check_int("n_local", self.n_local, 0, self.n_head)
-        if self.window is None:
-            if self.n_local > 0:
-                raise ValueError(f"window must be set (>= 1) when n_local > 0, got window=None, n_local={self.n_local}")
-        else:
-            _check_int("window", self.window, 1)
+            raise ValueError(f"d_model must be divisible by n_head, got d_model={self.d_model}, n_head={self.n_head}")
+        check_float("dropout", self.dropout, 0.0, 1.0, high_open=True)
+        check_bool("bias", self.bias)
+        check_bool("qk_norm", self.qk_norm)
+        n_local, window = check_head_split(self.n_head, self.n_local, self.window)
+        object.__setattr__(self, "n_local", n_local)
+        object.__setattr__(self, "window", window)
         if self.qk_rank is not None:
-            _check_int("qk_rank", self.qk_rank, 1, self.d_head)
+            object.__setattr__(self, "qk_rank", check_int("qk_rank", self.qk_rank, 1, self.d_head))
         if isinstance(self.spans, Mapping):
             try:
-                object.__setattr__(self, "spans", spans.SpanConfig(**self.spans))
+                object.__setattr__(self, "spans", SpanConfig(**self.spans))
             except (TypeError, ValueError) as exc:  # unknown key, or a bad value inside the dict
                 raise ValueError(f"spans: {exc}") from exc
-        if self.spans is not None and not isinstance(self.spans, spans.SpanConfig):
-            raise ValueError(f"spans must be a spanviz.spans.SpanConfig, a dict or None, got {self.spans!r}")
         if self.spans is not None:
+            if not isinstance(self.spans, SpanConfig):
+                raise ValueError(f"spans must be a spanviz.SpanConfig, a dict or None, got {self.spans!r}")
             self.spans.check_layers(self.n_layer)
-        if self.attn_backend not in ATTN_BACKENDS:
-            raise ValueError(f"attn_backend must be one of {ATTN_BACKENDS}, got {self.attn_backend!r}")
+        check_choice("attn_backend", self.attn_backend, ATTN_BACKENDS)
 
     @property
     def d_head(self) -> int:
@@ -148,23 +135,7 @@ class GPTConfig:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> GPTConfig:
         """Inverse of :meth:`to_dict`. Unknown keys raise ``ValueError``."""
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown GPTConfig field(s) {sorted(unknown)}; allowed: {sorted(known)}")
-        return cls(**dict(d))
-
-
-class HookPoint(nn.Module):
-    """Identity that names a tensor so forward hooks can read or replace it (TransformerLens convention)."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        return x
-
-    @property
-    def active(self) -> bool:
-        """True when at least one forward hook is registered."""
-        return bool(self._forward_hooks)
+        return cls(**check_fields(cls, d))
 
 
 class LowRankQuery(nn.Module):
@@ -184,8 +155,8 @@ class LowRankQuery(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         B, T, _ = x.shape
-        z = self.down(x).view(B, T, self.n_head, self.rank)
-        q = torch.einsum("bthr,hrd->bthd", z, self.up).reshape(B, T, self.n_head * self.d_head)
+        z = self.down(x).view(B, T, self.n_head, self.rank)  # (B, T, H, r)
+        q = torch.einsum("bthr,hrd->bthd", z, self.up).reshape(B, T, self.n_head * self.d_head)  # (B, T, H·d_head)
         return q if self.bias is None else q + self.bias
 
     def per_head_weight(self) -> Tensor:
@@ -194,12 +165,67 @@ class LowRankQuery(nn.Module):
         return a @ self.up
 
 
+def _identity(t: Tensor) -> Tensor:
+    return t
+
+
+def explicit_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask_mod: MaskMod, *, hook_scores: Callable[[Tensor], Tensor] = _identity,
+    hook_pattern: Callable[[Tensor], Tensor] = _identity, score_grad_fn: Callable[..., Tensor] | None = None,
+    dropout: Callable[[Tensor], Tensor] = _identity,
+) -> Tensor:
+    """The explicit path: scores, additive mask, softmax, times v — every intermediate visible.
+
+    Args:
+        q, k: (B, H, T, d_head); v: (B, H, T, d_v). mask_mod: the mask predicate (its additive mask M is cached).
+        hook_scores, hook_pattern: tensor → tensor on the pre-mask scores S and on the pattern P (hook points).
+        score_grad_fn: (dS, q, k, v) → dS' on ∂L/∂S during backward (q, k, v detached). dropout: on P.
+    Returns:
+        y (B, H, T, d_v), equal to :func:`fused_attention`'s to fp32 tolerance (tested).
+    """
+    B, H, T, d_head = q.shape
+    # S = q kᵀ / √d_head
+    scores = hook_scores((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d_head)))  # (B, H, T, T), pre-mask
+    if score_grad_fn is not None and scores.requires_grad:
+        refs = (q.detach(), k.detach(), v.detach())
+        # The hook sees ∂L/∂S of the *pre-mask* scores: the mask is additive, so nothing re-masks dS'.
+        scores.register_hook(lambda g: score_grad_fn(g, *refs))
+    # P = softmax(S + M), M = 0 where allowed and −inf elsewhere
+    mask = additive_mask(mask_mod, H, T, scores.device, scores.dtype)  # (H, T, T)
+    pattern = hook_pattern(torch.softmax(scores + mask, dim=-1))  # (B, H, T, T), rows sum to 1
+    # y = P v
+    return dropout(pattern) @ v  # (B, H, T, d_v)
+
+
+def fused_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask_mod: MaskMod, *, dropout_p: float = 0.0, backend: str = "auto"
+) -> Tensor:
+    """The fused path: SDPA (FlashAttention where it can) or FlexAttention; no T×T matrix is materialised.
+
+    Args: q, k, v, mask_mod as :func:`explicit_attention`; dropout_p on the attention weights; backend "flex"
+    (FlexAttention; CUDA for gradients), "sdpa", or "auto" (FlexAttention for a mask that is not plain causal,
+    on CUDA, without dropout; else SDPA). Returns: y (B, H, T, d_v).
+    Raises: ValueError for "flex" with dropout_p > 0, or as :func:`spanviz.local_global.flex_attention` raises.
+    """
+    if backend == "flex" and dropout_p > 0:
+        raise ValueError(f"attn_backend='flex' does not support dropout, got dropout={dropout_p}")
+    causal = mask_mod is causal_mask
+    # FlexAttention pays off for local heads on CUDA; it has no dropout, so "auto" uses it only without.
+    if backend == "flex" or (backend == "auto" and not causal and dropout_p == 0 and flex_available(q)):
+        return flex_attention(q, k, v, mask_mod)
+    if causal:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+    allowed = dense_mask_cached(mask_mod, q.size(1), q.size(2), q.device)  # (H, T, T)
+    # Causality is folded into the boolean mask; is_causal must not be passed together with a mask.
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p)
+
+
 class Attention(nn.Module):
     """Multi-head causal self-attention with per-head masks, hook points and gradient-transform slots.
 
     Input and output: (B, T, d_model). See the module docstring for the two paths.
 
-    Plug-in slots (set from the config, replaceable at run time through :meth:`TinyGPT.set_span_scaling`):
+    Plug-in slots (set from the config, replaceable at run time, e.g. through :meth:`TinyGPT.set_span_scaling`):
         mask_mod: predicate (b, h, q_idx, kv_idx) → bool tensor, True where key kv_idx may be attended.
         score_grad_fn: (dS, q, k, v) → dS', applied to the gradient of the pre-mask scores (B, H, T, T);
             q, k, v (B, H, T, d_head) are detached. Forces the explicit path while gradients are on.
@@ -212,9 +238,7 @@ class Attention(nn.Module):
         d, H, dh = cfg.d_model, cfg.n_head, cfg.d_head
         self.n_head, self.d_head, self.layer = H, dh, layer
         self.W_Q: nn.Module = (
-            nn.Linear(d, d, bias=cfg.bias)
-            if cfg.qk_rank is None
-            else LowRankQuery(d, H, dh, cfg.qk_rank, cfg.bias)
+            nn.Linear(d, d, bias=cfg.bias) if cfg.qk_rank is None else LowRankQuery(d, H, dh, cfg.qk_rank, cfg.bias)
         )
         self.W_K = nn.Linear(d, d, bias=cfg.bias)
         self.W_V = nn.Linear(d, d, bias=cfg.bias)
@@ -225,34 +249,15 @@ class Attention(nn.Module):
         self.attn_drop = nn.Dropout(cfg.dropout)
         self.resid_drop = nn.Dropout(cfg.dropout)
         self.backend = cfg.attn_backend
-        self.causal_only = cfg.n_local == 0
-        self.mask_mod = local_global.head_mask_mod(n_local=cfg.n_local, window=cfg.window)
+        self.mask_mod = head_mask_mod(n_local=cfg.n_local, window=cfg.window)
         self.score_grad_fn: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor] | None = None
         self.qk_grad_fn: Callable[[Tensor, Tensor, str], Tensor] | None = None
-        self._masks: dict[tuple, Tensor] = {}
         for name in HOOK_NAMES:
             setattr(self, name, HookPoint())
 
-    # ----------------------------------------------------------------------------------------- helpers
-    def _split_heads(self, x: Tensor) -> Tensor:
-        B, T, _ = x.shape
-        return x.view(B, T, self.n_head, self.d_head).transpose(1, 2)  # (B, H, T, d_head)
-
     def allowed(self, T: int, device: torch.device | str = "cpu") -> Tensor:
         """Boolean mask (H, T, T) of allowed (query, key) pairs, built from ``mask_mod``; cached."""
-        key = ("bool", T, str(device))
-        if key not in self._masks:
-            self._masks[key] = local_global.dense_mask(self.mask_mod, self.n_head, T, device)
-        return self._masks[key]
-
-    def additive_mask(self, T: int, device: torch.device | str, dtype: torch.dtype) -> Tensor:
-        """Additive mask (H, T, T): 0 where allowed, -inf elsewhere; cached."""
-        key = ("add", T, str(device), dtype)
-        if key not in self._masks:
-            zero = torch.zeros((), dtype=dtype, device=device)
-            ninf = torch.full((), float("-inf"), dtype=dtype, device=device)
-            self._masks[key] = torch.where(self.allowed(T, device), zero, ninf)
-        return self._masks[key]
+        return dense_mask_cached(self.mask_mod, self.n_head, T, device)
 
     def needs_explicit(self, grad_enabled: bool) -> bool:
         """True when this call must go through the explicit path (hooks, forced backend, score transform)."""
@@ -271,67 +276,34 @@ class Attention(nn.Module):
             Note: with ``qk_norm`` the logits are not bilinear in x; FP8 bounds then do not apply.
         """
         H, dh = self.n_head, self.d_head
-
-        def per_head(lin: nn.Linear) -> tuple[Tensor, Tensor | None]:
-            w = lin.weight.view(H, dh, -1).transpose(1, 2)  # (H, d_model, d_head)
-            b = None if lin.bias is None else lin.bias.view(H, dh)
-            return w, b
-
-        if isinstance(self.W_Q, LowRankQuery):
-            wq = self.W_Q.per_head_weight()
-            bq = None if self.W_Q.bias is None else self.W_Q.bias.view(H, dh)
-        else:
-            wq, bq = per_head(self.W_Q)
-        wk, bk = per_head(self.W_K)
+        low_rank = isinstance(self.W_Q, LowRankQuery)
+        wq = self.W_Q.per_head_weight() if low_rank else self.W_Q.weight.view(H, dh, -1).transpose(1, 2)
+        wk = self.W_K.weight.view(H, dh, -1).transpose(1, 2)  # (d, d) -> (H, d_head, d_model) -> (H, d_model, d_head)
+        bq, bk = (None if b is None else b.view(H, dh) for b in (self.W_Q.bias, self.W_K.bias))  # (H, d_head)
         return wq, bq, wk, bk
 
-    # ----------------------------------------------------------------------------------------- forward
     def forward(self, x: Tensor) -> Tensor:
         B, T, d = x.shape
-        q = self._split_heads(self.W_Q(x))
-        k = self._split_heads(self.W_K(x))
-        v = self._split_heads(self.W_V(x))
+        H, dh = self.n_head, self.d_head
+        q = self.W_Q(x).view(B, T, H, dh).transpose(1, 2)  # (B, H, T, d_head)
+        k = self.W_K(x).view(B, T, H, dh).transpose(1, 2)  # (B, H, T, d_head)
+        v = self.W_V(x).view(B, T, H, dh).transpose(1, 2)  # (B, H, T, d_head)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)  # each (B, H, T, d_head)
+        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         if self.qk_grad_fn is not None and q.requires_grad:
             fn, q_ref, k_ref = self.qk_grad_fn, q.detach(), k.detach()
             q.register_hook(lambda g: fn(g, q_ref, "q"))
             k.register_hook(lambda g: fn(g, k_ref, "k"))
-        if self.needs_explicit(torch.is_grad_enabled()):
-            y = self._explicit(q, k, v)
-        else:
-            y = self._fused(q, k, v)
-        y = y.transpose(1, 2).reshape(B, T, d)
+        if self.needs_explicit(torch.is_grad_enabled()):  # manual attention, every intermediate hooked
+            y = explicit_attention(q, k, v, self.mask_mod, hook_scores=self.hook_attn_scores,
+                                   hook_pattern=self.hook_pattern, score_grad_fn=self.score_grad_fn,
+                                   dropout=self.attn_drop)  # (B, H, T, d_head)
+        else:  # efficient attention using fused kernels
+            p = self.dropout if self.training else 0.0
+            y = fused_attention(q, k, v, self.mask_mod, dropout_p=p, backend=self.backend)  # (B, H, T, d_head)
+        y = y.transpose(1, 2).reshape(B, T, d)  # (B, T, d_model): heads side by side
         return self.resid_drop(self.W_O(y))
-
-    def _explicit(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        T = q.size(-2)
-        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.d_head))  # (B, H, T, T), pre-mask
-        scores = self.hook_attn_scores(scores)
-        if self.score_grad_fn is not None and scores.requires_grad:
-            fn, refs = self.score_grad_fn, (q.detach(), k.detach(), v.detach())
-            # The hook sees ∂L/∂S of the *pre-mask* scores: the mask is additive, so nothing re-masks dS'.
-            scores.register_hook(lambda g: fn(g, *refs))
-        pattern = torch.softmax(scores + self.additive_mask(T, scores.device, scores.dtype), dim=-1)
-        pattern = self.hook_pattern(pattern)  # (B, H, T, T), rows sum to 1
-        return self.attn_drop(pattern) @ v
-
-    def _fused(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        T = q.size(-2)
-        p = self.dropout if self.training else 0.0
-        if self.backend == "flex" and p > 0:
-            raise ValueError(f"attn_backend='flex' does not support dropout, got dropout={self.dropout}")
-        # FlexAttention pays off for local heads on CUDA; it has no dropout, so "auto" uses it only without.
-        use_flex = self.backend == "flex" or (
-            self.backend == "auto" and not self.causal_only and p == 0 and local_global.flex_available(q)
-        )
-        if use_flex:
-            return local_global.flex_attention(q, k, v, self.mask_mod)
-        if self.causal_only:
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
-        # Causality is folded into the boolean mask; is_causal must not be passed together with a mask.
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=self.allowed(T, q.device), dropout_p=p)
 
 
 class MLP(nn.Module):
@@ -344,7 +316,7 @@ class MLP(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.drop(self.proj(F.gelu(self.fc(x))))
+        return self.drop(self.proj(F.gelu(self.fc(x))))  # (B, T, d) -> (B, T, 4d) -> (B, T, d)
 
 
 class Block(nn.Module):
@@ -362,7 +334,7 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
-class TinyGPT(nn.Module):
+class TinyGPT(HookedRootModule):
     """A small GPT-2-style language model: learned positions, pre-LN blocks, GELU MLP, tied embeddings.
 
     Init: N(0, 0.02) for all weights, N(0, 0.02/√(2·n_layer)) for the residual output projections
@@ -401,7 +373,7 @@ class TinyGPT(nn.Module):
             if getattr(module, "bias", None) is not None:
                 nn.init.zeros_(module.bias)
 
-    def set_span_scaling(self, span_cfg: spans.SpanConfig | None) -> None:
+    def set_span_scaling(self, span_cfg: SpanConfig | None) -> None:
         """Install (or remove, with None) span / violation gradient scaling on the configured layers.
 
         Changes only the backward pass; ``self.cfg`` is updated so run records stay truthful.
@@ -413,7 +385,7 @@ class TinyGPT(nn.Module):
             attn = block.attn
             attn.score_grad_fn, attn.qk_grad_fn = None, None
             if span_cfg is not None and span_cfg.applies_to(attn.layer):
-                attn.score_grad_fn, attn.qk_grad_fn = spans.build_grad_fns(span_cfg)
+                attn.score_grad_fn, attn.qk_grad_fn = build_grad_fns(span_cfg)
 
     def forward(self, idx: Tensor, targets: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         if idx.dim() != 2:
@@ -430,59 +402,6 @@ class TinyGPT(nn.Module):
         if targets is not None:
             loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
         return logits, loss
-
-    # --------------------------------------------------------------------------------- hooks and cache
-    def hook_points(self) -> dict[str, HookPoint]:
-        """All hook points by name, e.g. ``blocks.0.attn.hook_attn_scores``."""
-        return {name: m for name, m in self.named_modules() if isinstance(m, HookPoint)}
-
-    @contextmanager
-    def hooks(self, fwd_hooks: Mapping[str, Callable[[Tensor], Tensor | None]]) -> Iterator[TinyGPT]:
-        """Temporarily register forward hooks ``fn(tensor) -> tensor | None`` on named hook points.
-
-        Returning a tensor replaces the hooked value. Raises ``ValueError`` for unknown names.
-        """
-        points = self.hook_points()
-        unknown = [n for n in fwd_hooks if n not in points]
-        if unknown:
-            raise ValueError(f"unknown hook point(s) {unknown}; e.g. {sorted(points)[:5]}")
-        handles = [points[n].register_forward_hook(lambda _m, _i, out, fn=fn: fn(out)) for n, fn in fwd_hooks.items()]
-        try:
-            yield self
-        finally:
-            for h in handles:
-                h.remove()
-
-    def run_with_cache(
-        self, idx: Tensor, names: Iterable[str] | Callable[[str], bool] | None = None
-    ) -> tuple[Tensor, dict[str, Tensor]]:
-        """Forward pass that also returns the (detached) tensors at the selected hook points.
-
-        Args:
-            idx: (B, T) token ids.
-            names: hook-point names, or a predicate on names; None caches every hook point.
-        Returns:
-            (logits (B, T, V), {name: tensor}). Selecting ``hook_attn_scores`` or ``hook_pattern`` routes
-            attention through the explicit path for this call.
-        """
-        points = self.hook_points()
-        if names is None:
-            selected = list(points)
-        elif callable(names):
-            selected = [n for n in points if names(n)]
-        else:
-            selected = list(names)
-        cache: dict[str, Tensor] = {}
-
-        def saver(name: str) -> Callable[[Tensor], None]:
-            def save(t: Tensor) -> None:
-                cache[name] = t.detach()
-
-            return save
-
-        with self.hooks({n: saver(n) for n in selected}):
-            logits, _ = self(idx)
-        return logits, cache
 
     def num_params(self) -> int:
         """Number of distinct parameters (tied embeddings counted once)."""

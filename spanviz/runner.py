@@ -13,9 +13,9 @@ only change on the kernel's loop: ipywidgets is not thread-safe, and it merges t
 while the kernel handles one from the browser for that widget.
 
 Why a thread: a blocking training loop in a notebook cell streams plot updates, but a Stop click is only
-handled after the cell ends (see DESIGN.md, "Interactivity facts"). Scripts and notebook execution in CI
-want the blocking path instead: ``start(..., blocking=True)`` or the environment variable
-``SPANVIZ_BLOCKING=1``.
+handled after the cell ends (the kernel reads the click's message once the cell's code returns). Scripts and
+notebook execution in CI want the blocking path instead: ``start(..., blocking=True)`` or the environment
+variable ``SPANVIZ_BLOCKING=1``.
 
 A job either trains (``make_trainer`` gives an object with ``step(n) -> list[row dict]``, e.g.
 :class:`spanviz.train.Trainer`) or replays a stored history (``replay``), which appears at the first refresh
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import sys
 import threading
 import time
@@ -34,6 +33,10 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from spanviz.settings import ENV_BLOCKING, env_flag
+from spanviz.threads import torch_threads
+from spanviz.train.record import append_rows  # the one history appender; re-exported for the panels
 
 logger = logging.getLogger(__name__)
 
@@ -76,23 +79,12 @@ class Job:
 
 
 def blocking_default() -> bool:
-    """True when the environment variable ``SPANVIZ_BLOCKING`` is set to 1/true/yes (case-insensitive)."""
-    return os.environ.get("SPANVIZ_BLOCKING", "").strip().lower() in ("1", "true", "yes", "on")
+    """True when the environment variable ``SPANVIZ_BLOCKING`` is true (read by :func:`spanviz.settings.env_flag`).
 
-
-def append_rows(history: dict[str, list[Any]], rows: Sequence[Mapping[str, Any]]) -> None:
-    """Append row dicts to a history of equal-length lists, filling ``None`` for keys a row lacks.
-
-    A key seen for the first time is back-filled with ``None`` for the earlier rows, so all lists keep the
-    same length.
+    Raises:
+        ValueError: naming the variable, for a value that is not a true/false word.
     """
-    for row in rows:
-        n = len(next(iter(history.values()))) if history else 0
-        for key in row:
-            if key not in history:
-                history[key] = [None] * n
-        for key, column in history.items():
-            column.append(row.get(key))
+    return bool(env_flag(ENV_BLOCKING))
 
 
 class Runner:
@@ -312,8 +304,6 @@ class Runner:
         if self.threads is None:
             self._train(replays)
             return
-        from spanviz.threads import torch_threads
-
         with torch_threads(self.threads):
             self._train(replays)
 

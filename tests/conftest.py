@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from spanviz.threads import torch_threads
+
 
 @pytest.fixture
 def wikitext_dir() -> Path:
@@ -20,12 +22,8 @@ def one_thread():
 
     Results do not depend on the thread count; the previous setting is restored afterwards.
     """
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with torch_threads(1):
+        yield
 
 
 @pytest.fixture

@@ -36,6 +36,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from spanviz.threads import torch_threads
+
 REPO = Path(__file__).resolve().parents[1]
 WIKITEXT = REPO.parent / "shared" / "data" / "wikitext-2"
 BASE = ["--d-model", "16", "--n-head", "2", "--n-layer", "1", "--context-length", "16", "--batch-size", "2",
@@ -474,7 +476,7 @@ def scenario_second_writer(stage: Stage) -> str:
 @contextlib.contextmanager
 def disk_full_at_checkpoint(n: int):
     """Inside the block, the ``n``-th write of a checkpoint.pt fails with "No space left on device"."""
-    import spanviz.train as train_module
+    import spanviz.train.checkpoint as train_module
 
     real, calls = train_module.atomic_write, []
 
@@ -595,18 +597,13 @@ def build_stage(root: Path) -> Stage:
 @contextlib.contextmanager
 def staged(root: Path):
     """The attack's environment in ``root`` (cwd, SPANVIZ_HOME, offline, no data variables) and its :class:`Stage`."""
-    before = torch.get_num_threads()
-    with pytest.MonkeyPatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp, torch_threads(1):
         mp.chdir(root)
         mp.setenv("SPANVIZ_HOME", str(root / "home"))
         mp.setenv("SPANVIZ_OFFLINE", "1")
         for name in ("SPANVIZ_WIKITEXT_DIR", "SPANVIZ_TRAIN_SPLIT", "SPANVIZ_EVAL_SPLIT", "SPANVIZ_SMOKE"):
             mp.delenv(name, raising=False)
-        torch.set_num_threads(1)
-        try:
-            yield build_stage(root)
-        finally:
-            torch.set_num_threads(before)
+        yield build_stage(root)
 
 
 # ============================================================================================ pytest

@@ -25,7 +25,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import spanviz.cli as cli
 from spanviz.cli import main
 from spanviz.data import OFFLINE_SPLITS, prepare_tokens
 from spanviz.experiments import ResultsStore, run_grid, save_sweep
@@ -55,6 +54,7 @@ def no_data(monkeypatch):
         raise AssertionError("data were loaded before the arguments were checked")
 
     monkeypatch.setattr("spanviz.data.prepare_tokens", refuse)
+    monkeypatch.setattr("spanviz.data.load_tokens", refuse)  # the experiments' loader (the split policy)
 
 
 @pytest.fixture
@@ -114,8 +114,8 @@ def test_failed_runs_are_printed_with_their_configuration(monkeypatch, capsys):
     def sweep(**kwargs):
         raise RunsFailedError([failure], kept, total=4)
 
-    monkeypatch.setattr(cli, "sweep_function", lambda experiment: sweep)
-    monkeypatch.setattr(cli, "load_data", lambda settings: object())
+    monkeypatch.setattr("spanviz.cli.sweep.sweep_function", lambda experiment: sweep)
+    monkeypatch.setattr("spanviz.cli.sweep.load_data", lambda settings: object())
     rc = main(["sweep", "spans"])
     err = capsys.readouterr().err
     assert rc == 1

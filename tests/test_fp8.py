@@ -33,8 +33,7 @@ SHAPES = [(4, 4, 48, 12), (8, 2, 64, 16), (6, 1, 40, 8), (2, 2, 6, 10)]  # (n_he
 
 @pytest.mark.parametrize(
     "n_head,n_kv_head,d,dh,method",
-    # "cholesky" needs full-rank keys (d >= d_head); rank-deficient keys: the fallback test below.
-    [(*shape, m) for shape in SHAPES for m in fp8.EXACT_METHODS if not (m == "cholesky" and shape[2] < shape[3])],
+    [(*shape, m) for shape in SHAPES for m in fp8.EXACT_METHODS],  # (2, 2, 6, 10): d < d_head, "auto" falls back
 )
 def test_exact_spectral_norm_matches_dense_product(n_head, n_kv_head, d, dh, method):
     gen = torch.Generator().manual_seed(n_head * 100 + d)
@@ -66,13 +65,11 @@ def test_exact_spectral_norm_methods_agree_fp32(n_kv_head, group, d, dh, log_sca
         torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=0)
 
 
-def test_exact_spectral_norm_cholesky_needs_full_rank_keys_and_auto_falls_back():
+def test_exact_spectral_norm_auto_falls_back_to_householder_for_rank_deficient_keys():
     gen = torch.Generator().manual_seed(3)
     W_Q = torch.randn(4, 32, 8, generator=gen, dtype=torch.float64)
     W_K = torch.randn(2, 32, 8, generator=gen, dtype=torch.float64)
     W_K[1, :, 5] = 0  # KV head 1 has rank 7 < d_head: its Gram has a zero pivot
-    with pytest.raises(ValueError, match="method='cholesky'"):
-        fp8.spectral_norms_exact(W_Q, W_K, method="cholesky")
     torch.testing.assert_close(fp8.spectral_norms_exact(W_Q, W_K), _reference_norms(W_Q, W_K), rtol=1e-10, atol=0)
     with pytest.raises(ValueError, match="method must be one of"):
         fp8.spectral_norms_exact(W_Q, W_K, method="svd")
@@ -502,6 +499,45 @@ def test_random_bounds_vs_rank():
     fp8.random_bounds_vs_rank(128, 32, [8])  # warm-up
     best = min(_timed(lambda: fp8.random_bounds_vs_rank(128, 32, [8], n_tokens=64)) for _ in range(5))
     assert best < 0.1, f"slider call took {best * 1e3:.0f} ms"
+
+
+def test_scale_from_bound_and_bound_scales_table():
+    """The scale each bound gives (notebook 03's table): s = fmax / (2^margin · B), range used = observed · s / fmax."""
+    assert fp8.scale_from_bound(8.0) == 448 / 8.0
+    assert fp8.scale_from_bound(8.0, margin=1, fmt="e5m2") == 57344 / 16.0
+    assert fp8.scale_from_bound(3.0, power_of_two=True) == 128.0  # 149.3 rounded down
+    assert fp8.scale_from_bound(0.0) == 1.0  # all logits 0: any scale is safe
+    # the geometry-aware scale is the scale of the bound α·B_wc
+    b_wc = fp8.worst_case_bound(2.0, 16, 64.0)
+    assert fp8.geometry_scale(2.0, 16, 64.0, alpha=0.25, margin=1) == fp8.scale_from_bound(0.25 * b_wc, margin=1)
+    for kwargs, field in [(dict(bound=-1.0), "bound"), (dict(bound=1.0, margin=-1), "margin"),
+                          (dict(bound=1.0, fmt="e3m4"), "fmt")]:
+        with pytest.raises(ValueError, match=field):
+            fp8.scale_from_bound(**kwargs)
+    row = fp8.random_bounds_vs_rank(64, 16, [4])[0]
+    table = fp8.bound_scales(row, margin=2)
+    assert list(table) == list(fp8.BOUND_KEYS) == ["worst_case", "agnostic", "rank_aware"]
+    for key, entry in table.items():
+        assert entry["bound"] == row[key]
+        assert entry["scale"] == pytest.approx(448 / (4 * row[key]), rel=1e-15)
+        assert entry["utilisation"] == pytest.approx(row["observed_max"] * entry["scale"] / 448, rel=1e-15)
+    # the deterministic scale never overflows: the observed max uses at most 1 / 2^margin of the range
+    assert table["worst_case"]["utilisation"] <= 0.25
+    assert table["rank_aware"]["scale"] >= table["agnostic"]["scale"] >= table["worst_case"]["scale"]
+
+
+def test_bounds_at_delta_equals_a_fresh_draw_at_that_delta():
+    """The δ slider re-evaluates only the bounds: same rows as drawing again at the new δ, input rows untouched."""
+    rows = fp8.random_bounds_vs_rank(64, 16, range(1, 17), delta=1e-3, n_tokens=32)
+    before = [dict(r) for r in rows]
+    for delta in (0.2, 1e-9):
+        again = fp8.bounds_at_delta(rows, 64, 16, delta=delta, n_tokens=32)
+        assert again == fp8.random_bounds_vs_rank(64, 16, range(1, 17), delta=delta, n_tokens=32)
+        assert [list(r) for r in again] == [list(r) for r in before]  # same keys, same order
+    assert rows == before
+    assert again[0]["rank_aware"] > rows[0]["rank_aware"]  # smaller δ: a larger bound
+    with pytest.raises(ValueError, match="delta"):
+        fp8.bounds_at_delta(rows, 64, 16, delta=0.0, n_tokens=32)
 
 
 def _timed(fn) -> float:

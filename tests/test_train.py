@@ -635,7 +635,7 @@ def test_parameter_count_and_memory_check_refuse_before_building(data, monkeypat
     huge = GPTConfig(vocab_size=data.vocab_size, n_layer=10**9)
     with pytest.raises(ValueError, match="n_layer=1000000000"):
         Trainer(huge, train_cfg(), data)  # refused in milliseconds, nothing allocated
-    monkeypatch.setattr("spanviz.train.available_memory", lambda device: 10**6)
+    monkeypatch.setattr("spanviz.train.config.available_memory", lambda device: 10**6)
     with pytest.raises(ValueError, match="GiB"):
         check_memory(model_cfg(data), train_cfg(), torch.device("cpu"))
 

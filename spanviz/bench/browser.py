@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -189,7 +190,7 @@ def bench_browser(
     if chromium is None:
         return {"skipped": "no Chromium found (install Debian's chromium, or set SPANVIZ_CHROMIUM)"}
     try:
-        from playwright.sync_api import sync_playwright
+        from playwright.sync_api import sync_playwright  # lazily: Playwright drives the browser, a test extra
     except ImportError:
         return {"skipped": "Python Playwright is not installed (pip install playwright)"}
     out: dict[str, Any] = {}
@@ -211,8 +212,6 @@ def bench_browser(
 
 
 def _measure_notebook(page: Any, url: str, notebook: str, names: Sequence[str], repeats: int) -> dict[str, Any]:
-    import re
-
     page.set_default_timeout(180_000)
     page.goto(f"{url}/lab/tree/{notebook}?reset")
     page.locator(".jp-NotebookPanel .jp-Notebook").first.wait_for(state="visible")

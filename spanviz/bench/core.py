@@ -4,7 +4,8 @@ Benchmarks, not tests: every figure is a ratio or a rate measured within one run
 
 * ``step_ratio``: train-step time of :class:`spanviz.model.TinyGPT` (probes off, fused attention) over a
   minimal plain-PyTorch GPT of the same architecture written below (target <= 1.05). Steps of the two
-  models are interleaved (ABAB...) so drifts of a shared machine hit both alike; medians are compared.
+  models are timed by ``torch.utils.benchmark`` in interleaved rounds (ABAB...) so drifts of a shared machine
+  hit both alike; medians are compared (:func:`interleaved_medians`).
 * ``notebook``: steps/s (target >= 2 on 2 CPU cores) and peak RSS (target <= 1.5 GB, Binder's budget) of
   the notebook default config (d_model 128, 2 layers, 4 heads, T 128, batch 16, vocab cap 8192) training
   on WikiText-2, measured in a fresh subprocess so the peak RSS is that of a notebook-sized process.
@@ -14,15 +15,14 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils import benchmark
 
 from spanviz.model import GPTConfig, TinyGPT
 
@@ -88,28 +88,38 @@ def make_train_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Calla
     return step
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
 def interleaved_medians(
-    steps: dict[str, Callable[[], None]], repeats: int, warmup: int = 3, device: torch.device | str = "cpu"
+    steps: dict[str, Callable[[], None]], repeats: int, warmup: int = 3, device: torch.device | str = "cpu",
+    min_run_time: float = 0.0,
 ) -> dict[str, float]:
-    """Median seconds per call of each closure, calls interleaved round-robin so machine drift is shared."""
-    device = torch.device(device)
-    times: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(warmup):
-        for fn in steps.values():
-            fn()
-    for _ in range(repeats):
-        for name, fn in steps.items():
-            _sync(device)
-            t0 = time.perf_counter()
-            fn()
-            _sync(device)
-            times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    """Median seconds per call of each closure, measured by ``torch.utils.benchmark`` in interleaved rounds.
+
+    Each closure gets a :class:`torch.utils.benchmark.Timer` at the current torch thread count (the Timer pins it
+    while measuring; its clock synchronizes CUDA and other accelerators). In each round every closure is measured
+    once, round-robin (ABAB...), so drifts of a shared machine hit all alike: ``Timer.blocked_autorange`` of
+    ``min_run_time`` seconds — with the default 0, one untimed call (its block-size estimate, a warm-up) then one
+    timed call, twice the calls of timing alone; with more, a block of calls long enough that the timer's own
+    overhead vanishes (sub-millisecond kernels). The first ``warmup`` rounds are discarded; the medians are over
+    the blocks of the next ``repeats`` rounds, per call.
+
+    Args:
+        steps: name → closure taking no arguments. repeats: timed rounds, >= 1. warmup: discarded rounds, >= 0.
+        device: kept for callers; the Timer synchronizes whatever accelerator is present.
+        min_run_time: seconds of timed calls per closure and round, >= 0.
+    Returns:
+        name → median seconds per call.
+    Source: ``torch.utils.benchmark`` (PyTorch's benchmark utilities).
+    """
+    threads = torch.get_num_threads()
+    timers = {name: benchmark.Timer(stmt="step()", globals={"step": fn}, label=name, num_threads=threads)
+              for name, fn in steps.items()}  # fmt: skip
+    measured: dict[str, list[benchmark.Measurement]] = {name: [] for name in steps}
+    for round_ in range(warmup + repeats):
+        for name, timer in timers.items():
+            measurement = timer.blocked_autorange(min_run_time=min_run_time)
+            if round_ >= warmup:
+                measured[name].append(measurement)
+    return {name: benchmark.Measurement.merge(ms)[0].median for name, ms in measured.items()}
 
 
 def bench_step_ratio(device: str = "cpu", repeats: int = 30, seed: int = 0) -> dict:
@@ -169,7 +179,6 @@ def bench_notebook(data_dir: str, steps: int = 40, device: str = "cpu") -> dict:
         config={**NOTEBOOK_CONFIG, "batch_size": NOTEBOOK_BATCH},
     )
     return result
-
 
 
 def bench_core(device: str = "cpu", quick: bool = False, data_dir: str | None = None) -> dict:

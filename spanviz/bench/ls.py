@@ -1,12 +1,14 @@
 """Benchmark: LS-attention (local + global heads) over dense causal attention, at the attention-op level.
 
 One run, one random (q, k, v) of the paper's shape — 6 heads × d_head 32, 5 local (window p = 50) + 1
-global, T = 2048 — timed through every backend with the calls interleaved (ABC ABC ...) so drifts of a
-shared machine hit all alike; medians compared. Cases:
+global, T = 2048 — timed through every backend with ``torch.utils.benchmark``
+(:func:`spanviz.bench.core.interleaved_medians`: torch's thread count held, warm-up rounds, CUDA synchronised
+around each timed block), the cases interleaved round by round (ABC ABC ...) so drifts of a shared machine hit
+all alike; medians compared. Cases:
 
 * ``dense_causal_sdpa`` — the baseline: ``scaled_dot_product_attention(..., is_causal=True)``;
-* ``ls_sdpa`` — SDPA with the LS boolean mask (dense mask: no work is skipped);
-* ``ls_explicit`` — explicit scores + mask + softmax (what the probes use);
+* ``ls_sdpa`` — SDPA with the LS boolean mask (dense mask: no work is skipped), :func:`spanviz.model.fused_attention`;
+* ``ls_explicit`` — explicit scores + mask + softmax (what the probes use), :func:`spanviz.model.explicit_attention`;
 * CUDA only (d_head >= 16): ``ls_flex`` — :func:`spanviz.local_global.flex_attention` (compiled FlexAttention with
   the cached LS block mask, skipping empty 128×128 tiles: the path that can be faster; what the model calls),
   ``dense_causal_flex`` — the same with a causal block mask, so the LS speed-up can also be read within one
@@ -31,23 +33,28 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention.flex_attention import create_block_mask
 
 from spanviz import local_global
 from spanviz.bench.core import interleaved_medians
+from spanviz.model import GPTConfig, TinyGPT, explicit_attention, fused_attention
+from spanviz.validators import check_choice, check_float, check_int
 
-PAPER_SHAPE = dict(T=2048, n_head=6, d_head=32, n_local=5, window=50)
+PAPER = local_global.PAPER
+PAPER_SHAPE = dict(T=PAPER["context_length"], n_head=PAPER["n_head"], d_head=PAPER["d_head"],
+                   n_local=PAPER["n_local"], window=PAPER["window"])  # fmt: skip
 BLOCK = 128  # FlexAttention's default tile edge
+MIN_RUN_TIME = 0.05
+"""Seconds of timed calls per case and round (``Timer.blocked_autorange``'s ``min_run_time``)."""
 CAVEAT = (
-    "Timings are medians of interleaved repeats on a possibly shared machine; compare ratios within this "
-    "run only. Dense-mask backends (sdpa, explicit) skip no work, so they cannot be faster than dense causal "
-    "attention; only the block-sparse FlexAttention path (CUDA) can."
+    "Timings are medians of torch.utils.benchmark blocks, the cases interleaved round by round, on a possibly "
+    "shared machine; compare ratios within this run only. Dense-mask backends (sdpa, explicit) skip no work, so "
+    "they cannot be faster than dense causal attention; only the block-sparse FlexAttention path (CUDA) can."
 )
 
 
-def _check_int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return value
+def _milliseconds(seconds: dict[str, float]) -> dict[str, float]:
+    return {name: 1e3 * s for name, s in seconds.items()}
 
 
 def mask_shares(T: int, n_head: int, n_local: int, window: int, block: int = BLOCK) -> dict[str, float]:
@@ -85,6 +92,7 @@ def bench_ls(
     warmup: int = 2,
     dtype: str = "auto",
     seed: int = 0,
+    min_run_time: float = MIN_RUN_TIME,
 ) -> dict[str, Any]:
     """Forward and forward+backward time of LS-attention backends over dense causal SDPA, in one run.
 
@@ -95,13 +103,15 @@ def bench_ls(
             (defaults: the paper's 6 × 32, 5 local + 1 global, p = 50, T = 2048). batch: B (default: 16 on
             CUDA — at batch 1 a GPU times kernel launches, not attention — and 1 on the CPU, so a run takes
             seconds).
-        repeats: timed calls per case and pass (>= 1; default 10, or 3 with ``quick``). warmup: untimed
-            calls first (>= 1 on CUDA: the first flex call compiles).
+        repeats: interleaved timing rounds per case and pass (>= 1; default 10, or 3 with ``quick``), each one
+            ``Timer.blocked_autorange`` of ``min_run_time`` seconds (> 0)
+            (:func:`spanviz.bench.core.interleaved_medians`). warmup: discarded rounds first (>= 1 on CUDA: the
+            first flex call compiles).
         dtype: "auto" (bfloat16 on CUDA, float32 on CPU), "float32" or "bfloat16".
         seed: for q, k, v.
     Returns:
         dict with ``config``, ``device``, ``dtype``, ``threads``, ``cases`` (names), ``ms``
-        {case: {"forward": median ms, "forward_backward": median ms}}, ``ratio_vs_dense``
+        {case: {"forward": median ms per call, "forward_backward": median ms per call}}, ``ratio_vs_dense``
         {case: {"forward": t_case / t_dense_causal_sdpa, "forward_backward": ...}} (< 1 = faster),
         on CUDA ``flex_ratio_same_kernel`` (ls_flex over dense_causal_flex), ``mask_shares`` (see
         :func:`mask_shares`) and ``caveat``.
@@ -111,15 +121,13 @@ def bench_ls(
     """
     for name, value, low in (("T", T, 1), ("n_head", n_head, 1), ("d_head", d_head, 1), ("window", window, 1),
                              ("warmup", warmup, 0), ("seed", seed, 0)):  # fmt: skip
-        _check_int(name, value, low)
+        check_int(name, value, low)
     if batch is not None:
-        _check_int("batch", batch, 1)
-    _check_int("n_local", n_local, 0)
-    if n_local > n_head:
-        raise ValueError(f"n_local must be in [0, n_head={n_head}], got {n_local}")
-    repeats = (3 if quick else 10) if repeats is None else _check_int("repeats", repeats, 1)
-    if dtype not in ("auto", "float32", "bfloat16"):
-        raise ValueError(f"dtype must be 'auto', 'float32' or 'bfloat16', got {dtype!r}")
+        check_int("batch", batch, 1)
+    local_global.check_head_split(n_head, n_local, window)
+    repeats = (3 if quick else 10) if repeats is None else check_int("repeats", repeats, 1)
+    check_float("min_run_time", min_run_time, 0.0, low_open=True)
+    check_choice("dtype", dtype, ("auto", "float32", "bfloat16"))
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     dev = torch.device(device)
@@ -135,8 +143,8 @@ def bench_ls(
     causal_mod = local_global.head_mask_mod(0)
     cases: dict[str, Callable[..., torch.Tensor]] = {
         "dense_causal_sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-        "ls_sdpa": lambda q, k, v: local_global.sdpa_attention(q, k, v, ls_mod),
-        "ls_explicit": lambda q, k, v: local_global.explicit_attention(q, k, v, ls_mod),
+        "ls_sdpa": lambda q, k, v: fused_attention(q, k, v, ls_mod, backend="sdpa"),
+        "ls_explicit": lambda q, k, v: explicit_attention(q, k, v, ls_mod),
     }
     if on_cuda and local_global.flex_available() and d_head >= local_global.FLEX_MIN_D_HEAD:
         cases["ls_flex"] = lambda q, k, v: local_global.flex_attention(q, k, v, ls_mod)
@@ -168,20 +176,17 @@ def bench_ls(
 
         return run
 
+    passes = ("forward", "forward_backward")
     closures = {}
     for name, fn in cases.items():
-        closures[(name, "forward")] = forward(fn)
-        closures[(name, "forward_backward")] = forward_backward(fn)
-    med = interleaved_medians(
-        {f"{n}/{p}": c for (n, p), c in closures.items()}, repeats, warmup=max(warmup, 1 if on_cuda else 0),
-        device=dev,
-    )
-    passes = ("forward", "forward_backward")
-    ms = {name: {p: 1e3 * med[f"{name}/{p}"] for p in passes} for name in cases}
+        closures[f"{name}/forward"], closures[f"{name}/forward_backward"] = forward(fn), forward_backward(fn)
+    med = _milliseconds(interleaved_medians(closures, repeats, warmup=max(warmup, 1 if on_cuda else 0),
+                                           min_run_time=min_run_time))
+    ms = {name: {p: med[f"{name}/{p}"] for p in passes} for name in cases}
     ratio = {name: {p: ms[name][p] / ms["dense_causal_sdpa"][p] for p in passes} for name in cases}
     out: dict[str, Any] = {
         "config": dict(T=T, n_head=n_head, d_head=d_head, n_local=n_local, window=window, batch=batch,
-                       repeats=repeats, warmup=warmup),  # fmt: skip
+                       repeats=repeats, warmup=warmup, min_run_time=min_run_time),  # fmt: skip
         "device": str(dev),
         "device_name": torch.cuda.get_device_name(dev) if on_cuda else "cpu",
         "dtype": dtype,
@@ -197,36 +202,35 @@ def bench_ls(
         out["flex_ratio_same_kernel"] = {p: ms["ls_flex"][p] / ms["dense_causal_flex"][p] for p in passes}
         out["mask_shares_block64"] = mask_shares(T, n_head, n_local, window, block=64)
         out["model"] = bench_ls_model(dev, repeats=repeats, n_head=n_head, d_head=d_head, n_local=n_local,
-                                      window=window, T=T, seed=seed)
+                                      window=window, T=T, seed=seed, min_run_time=min_run_time)
     return out
 
 
 def _flex_with_tiles(mask_mod: local_global.MaskMod, n_head: int, T: int, device: torch.device,
                      block: int) -> Callable[..., torch.Tensor]:
     """Compiled FlexAttention over a ``block``×``block`` block mask of ``mask_mod`` (CUDA; benchmark only)."""
-    from torch.nn.attention.flex_attention import create_block_mask
-
     mask = create_block_mask(mask_mod, None, n_head, T, T, device=device, BLOCK_SIZE=block)
-    flex = local_global._compiled_flex()
+    flex = local_global.compiled_flex()
     return lambda q, k, v: flex(q, k, v, block_mask=mask)
 
 
-MODEL_SHAPE = dict(n_layer=6, d_model=192, vocab_size=8192)
+MODEL_SHAPE = dict(n_layer=PAPER["n_layer"], d_model=PAPER["d_model"], vocab_size=8192)
 """The paper's model around the attention shape (6 layers, d_model 192 = 6 heads × 32); vocabulary spanviz's."""
 
 
 def bench_ls_model(
     device: torch.device | str = "cuda", *, repeats: int = 10, batch: int = 8, T: int = PAPER_SHAPE["T"],
     n_head: int = PAPER_SHAPE["n_head"], d_head: int = PAPER_SHAPE["d_head"], n_local: int = PAPER_SHAPE["n_local"],
-    window: int = PAPER_SHAPE["window"], seed: int = 0,
+    window: int = PAPER_SHAPE["window"], seed: int = 0, min_run_time: float = MIN_RUN_TIME,
 ) -> dict[str, Any]:
     """Whole-model latency: TinyGPT with LS heads on FlexAttention over MHSA on causal SDPA (flash), CUDA, bf16.
 
     Two models of the paper's shape (6 layers, d_model = n_head·d_head, T 2048; batch ``batch``), identical
     but for the masks: ``mhsa`` (every head global; fused causal SDPA, FlashAttention on CUDA) and ``ls``
     (``n_local`` local heads with window p, the rest global; FlexAttention with the cached block mask, the
-    ``"auto"`` backend). Timed under bf16 autocast, interleaved: ``forward`` (no grad — the paper's inference
-    latency) and ``train_step`` (forward, backward, AdamW).
+    ``"auto"`` backend). Timed under bf16 autocast with :func:`spanviz.bench.core.interleaved_medians`
+    (``repeats`` rounds, 2 warm-up rounds): ``forward`` (no grad — the paper's inference latency) and
+    ``train_step`` (forward, backward, AdamW).
 
     Returns:
         ``{"config", "ms": {model: {"forward", "train_step"}}, "ratio_ls_over_mhsa": {"forward", "train_step"}}``.
@@ -234,8 +238,6 @@ def bench_ls_model(
         ValueError: device is not a CUDA device (FlexAttention has no CPU backward).
     Source: arXiv 2505.15548's latency claim (-36 % inference, -44 % in its revision), measured by spanviz.
     """
-    from spanviz.model import GPTConfig, TinyGPT
-
     dev = torch.device(device)
     if dev.type != "cuda" or not torch.cuda.is_available():
         raise ValueError(f"device must be a CUDA device for the model-level LS benchmark, got {str(device)!r}")
@@ -262,9 +264,9 @@ def bench_ls_model(
             opt.step()
 
         closures[f"{name}/forward"], closures[f"{name}/train_step"] = forward, train_step
-    med = interleaved_medians(closures, repeats, warmup=2, device=dev)
+    med = _milliseconds(interleaved_medians(closures, repeats, warmup=2, min_run_time=min_run_time))
     passes = ("forward", "train_step")
-    ms = {name: {p: 1e3 * med[f"{name}/{p}"] for p in passes} for name in configs}
+    ms = {name: {p: med[f"{name}/{p}"] for p in passes} for name in configs}
     return {
         "config": {**base.to_dict(), "n_local": n_local, "window": window, "batch": batch, "dtype": "bfloat16",
                    "repeats": repeats},

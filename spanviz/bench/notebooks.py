@@ -25,6 +25,7 @@ from spanviz import fp8, spans
 from spanviz import local_global as lg
 from spanviz.model import GPTConfig
 from spanviz.train import Probe, TrainConfig, Trainer
+from spanviz.validators import check_int
 
 NOTEBOOK_VOCAB = 8192
 NOTEBOOK_BATCH, NOTEBOOK_LR = 16, 3e-3
@@ -83,10 +84,8 @@ def bench_notebooks(
         ValueError: steps not an integer >= 1, warmup not an integer >= 0, or a device the trainer rejects.
     """
     steps = (10 if quick else 30) if steps is None else steps
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
+    check_int("steps", steps, 1)
+    check_int("warmup", warmup, 0)
     data = _random_tokens(NOTEBOOK_VOCAB, seed)
     runs: dict[str, Any] = {}
     for label, (model_cfg, probes) in notebook_runs(NOTEBOOK_VOCAB).items():

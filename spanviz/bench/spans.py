@@ -19,15 +19,11 @@ from typing import Any
 
 import torch
 
-from spanviz.bench.core import (
-    NOTEBOOK_BATCH,
-    NOTEBOOK_CONFIG,
-    interleaved_medians,
-    make_train_step,
-)
+from spanviz.bench.core import NOTEBOOK_BATCH, NOTEBOOK_CONFIG, interleaved_medians, make_train_step
 from spanviz.model import GPTConfig, TinyGPT
 from spanviz.spans import SpanConfig
 from spanviz.threads import torch_threads
+from spanviz.validators import check_choice, check_int
 
 GPU_CONFIG = dict(vocab_size=8192, context_length=256, n_layer=4, n_head=4, d_model=256)
 GPU_BATCH = 32
@@ -87,14 +83,11 @@ def bench_spans(
         ValueError: bad repeats, warmup, threads or config.
     Source: spanviz.
     """
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
-    if config != "auto" and config not in CONFIGS:
-        raise ValueError(f"config must be 'auto' or one of {sorted(CONFIGS)}, got {config!r}")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise ValueError(f"threads must be None or an integer >= 1, got {threads!r}")
+    check_int("repeats", repeats, 1)
+    check_int("warmup", warmup, 0)
+    check_choice("config", config, ("auto", *CONFIGS))
+    if threads is not None:
+        check_int("threads", threads, 1)
     if quick:
         repeats, warmup = min(repeats, 5), min(warmup, 1)
     with torch_threads(threads):

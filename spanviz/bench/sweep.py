@@ -31,7 +31,13 @@ from dataclasses import replace
 from typing import Any
 
 from spanviz.bench.core import NOTEBOOK_BATCH, NOTEBOOK_CONFIG
+from spanviz.data import load_tokens
+from spanviz.experiments.core import run_grid
+from spanviz.experiments.executors import RayExecutor
+from spanviz.model import GPTConfig
+from spanviz.spans import SpanConfig
 from spanviz.threads import torch_threads
+from spanviz.train import TrainConfig
 
 TARGET_SPEEDUP = 1.5
 """Issue target: the 2-worker Ray sweep at least this much faster than the local one (2 cores)."""
@@ -39,10 +45,6 @@ TARGET_SPEEDUP = 1.5
 
 def sweep_variants(vocab_size: int, steps: int = 30) -> dict[str, Any]:
     """The benchmark's variants: notebook-config "standard" and kv8 "[1000]", ``steps`` updates, CPU."""
-    from spanviz.model import GPTConfig
-    from spanviz.spans import SpanConfig
-    from spanviz.train import TrainConfig
-
     model = GPTConfig(**{**NOTEBOOK_CONFIG, "vocab_size": vocab_size})
     train = TrainConfig(steps=steps, batch_size=NOTEBOOK_BATCH, warmup_steps=steps // 10, eval_interval=steps,
                         eval_iters=4, device="cpu")
@@ -67,10 +69,7 @@ def bench_sweep(data_dir: str | None = None, quick: bool = False, repeats: int |
         return {"skipped": "no data folder: pass --data-dir or set SPANVIZ_WIKITEXT_DIR"}
     if importlib.util.find_spec("ray") is None:
         return {"skipped": 'Ray is not installed: pip install "spanviz[distributed]"'}
-    from spanviz.data import OFFLINE_SPLITS, prepare_tokens
-    from spanviz.experiments.core import run_grid
-
-    data = prepare_tokens(data_dir, splits=OFFLINE_SPLITS, max_vocab=NOTEBOOK_CONFIG["vocab_size"])
+    data = load_tokens(data_dir, max_vocab=NOTEBOOK_CONFIG["vocab_size"])  # the split policy: validation, test
     variants, seed_list = sweep_variants(data.vocab_size, steps), list(range(seeds))
     pairs = repeats if repeats is not None else (1 if quick else 2)
     times: dict[str, list[float]] = {"local": [], "ray": []}
@@ -82,8 +81,6 @@ def bench_sweep(data_dir: str | None = None, quick: bool = False, repeats: int |
             with torch_threads(2):
                 records = run_grid(variants, seed_list, data)
         else:
-            from spanviz.experiments.executors import RayExecutor
-
             records = run_grid(variants, seed_list, data, executor=RayExecutor(workers=workers))
         times[kind].append(time.perf_counter() - t0)
         best[kind] = [r.best_val_loss for r in records]

@@ -26,12 +26,18 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import comm
 import numpy as np
 import torch
+from comm.base_comm import BaseComm
+from jupyter_client.session import json_packer
 
+from spanviz import widgets
+from spanviz.bench.browser import bench_browser
 from spanviz.model import GPTConfig
 from spanviz.runner import Job, Runner
 from spanviz.threads import torch_threads
+from spanviz.train import Trainer
 
 TARGETS = {"alpha_p95_ms": 50.0, "control_p95_ms": 150.0, "dashboard_slowdown": 0.10, "dashboard_hz": 2.0}
 CONTEXTS = (64, 128)
@@ -82,10 +88,6 @@ def _time_changes(set_value: Callable[[Any], None], values: list[Any], repeats: 
 def _packing_comms() -> Iterator[None]:
     """Widgets made inside the block get a comm that packs every message as the kernel does (JSON text, binary
     buffers apart), so the measurement includes serialization — outside a kernel nothing would be sent."""
-    import comm
-    from comm.base_comm import BaseComm
-    from jupyter_client.session import json_packer
-
     class PackingComm(BaseComm):
         def publish_msg(self, msg_type: str, data: Any = None, metadata: Any = None, buffers: Any = None,
                         **keys: Any) -> None:
@@ -102,8 +104,6 @@ def _packing_comms() -> Iterator[None]:
 
 
 def _panels(T: int) -> dict[str, Any]:
-    from spanviz import widgets
-
     spans = widgets.SpansPanel(GPTConfig(**NOTEBOOK_MODELS["spans"], context_length=T), store=None, static=False)
     masks = widgets.LocalGlobalPanel(GPTConfig(**NOTEBOOK_MODELS["masks"], context_length=T), store=None,
                                      static=False)
@@ -136,8 +136,6 @@ def bench_sliders(repeats: int = 30, contexts: Sequence[int] = CONTEXTS) -> dict
 
 def bench_browser_sliders(repeats: int = 15, contexts: Sequence[int] = CONTEXTS) -> dict[str, Any]:
     """The controls' latency in JupyterLab in Chromium, front-end draw included (see :mod:`.browser`)."""
-    from spanviz.bench.browser import bench_browser
-
     raw = bench_browser(NOTEBOOK_MODELS, contexts, repeats)
     if "skipped" in raw:
         return raw
@@ -182,9 +180,6 @@ def bench_dashboard(
 
 
 def _bench_dashboard(chunk_s: float, rounds: int, refresh_hz: float) -> dict[str, Any]:
-    from spanviz import widgets
-    from spanviz.train import Trainer
-
     cfg = GPTConfig(**DASHBOARD_CONFIG)
     train_cfg = widgets.default_train_cfg(steps=100_000, device="cpu", eval_interval=100_000)
     data = _RandomData(cfg.vocab_size)

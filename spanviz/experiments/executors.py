@@ -34,6 +34,11 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
+import torch
+
+from spanviz.threads import torch_threads
+from spanviz.validators import check_int
+
 EXECUTORS = ("local", "ray")
 """The executor names :func:`make_executor` knows."""
 INSTALL_HINT = 'pip install "spanviz[distributed]"'
@@ -83,12 +88,6 @@ local clusters do on macOS and Windows, rather than on the machine's network add
 statistics."""
 
 
-def _count(name: str, value: Any) -> int | None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ValueError(f"{name} must be None or an integer >= 1, got {value!r}")
-    return value
-
-
 class RayExecutor:
     """Each task a Ray task: on a local cluster started for the sweep, or on an existing cluster.
 
@@ -108,8 +107,8 @@ class RayExecutor:
 
     def __init__(self, workers: int | None = None, address: str | None = None,
                  threads_per_task: int | None = None) -> None:
-        self.workers = _count("workers", workers)
-        self.threads_per_task = _count("threads_per_task", threads_per_task)
+        self.workers = None if workers is None else check_int("workers", workers, 1)
+        self.threads_per_task = None if threads_per_task is None else check_int("threads_per_task", threads_per_task, 1)
         if address is not None and (not isinstance(address, str) or not address.strip()):
             raise ValueError(f"address must be None or a Ray cluster address like '10.0.0.5:6379', got {address!r}")
         self.address = address
@@ -128,18 +127,16 @@ class RayExecutor:
         quiet = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
         if address is None:
             with _environment(LOCAL_CLUSTER_ENV):  # read by `import ray` and by the processes ray.init starts
-                import ray
+                import ray  # lazily: Ray is an optional extra (spanviz[distributed])
 
                 if not ray.is_initialized():  # a local cluster of `cap` slots, `threads` cores each
-                    import torch
-
                     cores = torch.get_num_threads()  # what a local sweep would use: the cores, or OMP_NUM_THREADS
                     cap = self.workers or (torch.cuda.device_count() if gpu else 0) or cores
                     threads = self.threads_per_task or max(1, cores // cap)
                     ray.init(address="local", num_cpus=cap * threads, **quiet)
                     started = True
         else:
-            import ray
+            import ray  # lazily: Ray is an optional extra (spanviz[distributed])
 
             if not ray.is_initialized():
                 ray.init(address=address, **quiet)
@@ -187,8 +184,6 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
 
 def _call(fn: Callable[[Any, Any], Any], task: Any, shared: Any, threads: int) -> Any:
     """On a worker: ``fn(task, shared)`` with ``threads`` torch threads."""
-    from spanviz.threads import torch_threads
-
     with torch_threads(threads):
         return fn(task, shared)
 

@@ -14,7 +14,8 @@ WikiText-2 with an :class:`spanviz.fp8.FP8Probe` on every update, and a transien
 
 Everything is simulated in fp32: overflows are counted on S·s before any cast, as the entries a
 non-saturating E4M3 cast would turn into NaN (:func:`spanviz.fp8.count_overflow`, ``count="cast"``).
-Offline, train on the validation split and evaluate on the test split (``data_dir``); the run config says so.
+Offline (a local folder), train on the validation split and evaluate on the test split (the split policy of
+:mod:`spanviz.settings`); the run config says so.
 
 :func:`fp8_sweep` runs every scenario × margin × seed through :func:`spanviz.experiments.core.run_grid` (runs
 kept in and replayed from a results store), tabulates the overflow counts per run and strategy (the per-seed
@@ -26,20 +27,21 @@ Holm-corrected across all comparisons of the sweep. :func:`fp8_transients` is on
 from __future__ import annotations
 
 import logging
-import math
 import os
-import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 import torch
 
+from spanviz import data as data_lib
 from spanviz import fp8
-from spanviz.experiments.core import compare_groups, run_grid, seed_list
+from spanviz.experiments.core import compare_groups, format_table, run_grid, seed_list
 from spanviz.experiments.executors import Executor, make_executor
+from spanviz.experiments.fp8_runs import METRIC, alpha_obs, overflow_rows, sweep_verdict
 from spanviz.model import GPTConfig, LowRankQuery
-from spanviz.train import RunRecord, TrainConfig
+from spanviz.train import TrainConfig
+from spanviz.validators import check_choice, check_float, check_int
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +49,6 @@ SCENARIOS = ("lr_spike", "weight_swap", "none")
 SIZES = ("cpu",)
 STRATEGIES = ("delayed", "theory", "deterministic", "calibrated")
 """The strategies the experiment compares; "delayed" is the baseline of every comparison."""
-METRIC = "overflow_during"
-"""The compared per-seed number: overflowing logits in the transient window (summed over layers and steps)."""
 
 DEFAULT_MODEL = dict(context_length=64, n_layer=2, n_head=4, d_model=64)
 """A CPU-sized tiny GPT (``vocab_size`` comes from the data)."""
@@ -84,20 +84,16 @@ class WeightSwap:
         scale_wq: float | None = None,
         layer: int | None = None,
     ) -> None:
-        if isinstance(at_step, bool) or not isinstance(at_step, int) or at_step < 0:
-            raise ValueError(f"at_step must be an integer >= 0, got {at_step!r}")
+        check_int("at_step", at_step, 0)
         if (checkpoint_path is None) == (scale_wq is None):
             raise ValueError(
                 f"give exactly one of checkpoint_path and scale_wq, got checkpoint_path={checkpoint_path!r}, "
                 f"scale_wq={scale_wq!r}"
             )
-        if scale_wq is not None and (
-            isinstance(scale_wq, bool) or not isinstance(scale_wq, (int, float)) or not math.isfinite(scale_wq)
-            or scale_wq <= 0
-        ):  # fmt: skip
-            raise ValueError(f"scale_wq must be a finite number > 0, got {scale_wq!r}")
-        if layer is not None and (isinstance(layer, bool) or not isinstance(layer, int) or layer < 0):
-            raise ValueError(f"layer must be None (all layers) or an integer >= 0, got {layer!r}")
+        if scale_wq is not None:
+            check_float("scale_wq", scale_wq, 0, low_open=True)
+        if layer is not None:  # None: every layer
+            check_int("layer", layer, 0)
         self.at_step = at_step
         self.checkpoint_path = None if checkpoint_path is None else str(checkpoint_path)
         self.scale_wq = None if scale_wq is None else float(scale_wq)
@@ -126,19 +122,6 @@ class WeightSwap:
         self.applied_at = self.at_step
         logger.info("weight swap after update %d (%s)", self.at_step,
                     self.checkpoint_path or f"W_Q × {self.scale_wq:g}, layer {self.layer}")  # fmt: skip
-
-
-def _check_choice(name: str, value: Any, allowed: Sequence[str]) -> str:
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {tuple(allowed)}, got {value!r}")
-    return value
-
-
-def _load_data(data_dir: str | os.PathLike[str] | None, max_vocab: int | None) -> Any:
-    from spanviz import data as data_lib
-
-    splits = data_lib.OFFLINE_SPLITS if data_dir is not None else None
-    return data_lib.prepare_tokens(data_dir, splits=splits, max_vocab=max_vocab)
 
 
 def variant_name(scenario: str, margin: float) -> str:
@@ -181,8 +164,10 @@ def fp8_sweep(
     Args:
         size: "cpu" (the only size: d_model 64, 2 layers, 4 heads, T 64, batch 8, word vocabulary <= 8192).
         seeds: a count n (seeds 0..n−1) or distinct seeds >= 0. steps: updates per run (default 100, >= 2).
-        data: a :class:`spanviz.data.TokenData`; None loads WikiText-2 (``data_dir`` given: offline, train on
-            validation, evaluate on test; else ``$SPANVIZ_WIKITEXT_DIR`` / the hub) with ``max_vocab``.
+        data: a :class:`spanviz.data.TokenData`; None loads WikiText-2 with ``max_vocab`` through
+            :func:`spanviz.data.load_tokens` (the split policy of :mod:`spanviz.settings`: a folder, ``data_dir``
+            or ``$SPANVIZ_WIKITEXT_DIR``, trains on validation and evaluates on test unless
+            ``$SPANVIZ_TRAIN_SPLIT`` / ``$SPANVIZ_EVAL_SPLIT`` say otherwise; no folder: the hub).
         store: a :class:`spanviz.store.ResultsStore` to replay / keep runs; None trains everything.
         progress: ``fn(done, total, label)`` after each run.
         scenarios: any of "none", "lr_spike", "weight_swap". margins: delayed-scaling and geometry margins
@@ -212,25 +197,21 @@ def fp8_sweep(
             bad seeds, margins or window, ...) before any data are loaded, or as the trainer / probe raise.
     Source: arXiv 2602.18851's transient scenarios, spanviz's setup and statistics.
     """
-    if size not in SIZES:
-        raise ValueError(f"size must be one of {SIZES}, got {size!r}")
+    check_choice("size", size, SIZES)
     seeds = seed_list(seeds)
     steps = 100 if steps is None else steps
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 2:
-        raise ValueError(f"steps must be an integer >= 2, got {steps!r}")
+    check_int("steps", steps, 2)
     scenarios = tuple(scenarios)
     if not scenarios or len(set(scenarios)) != len(scenarios):
         raise ValueError(f"scenarios must be a non-empty selection of distinct names from {SCENARIOS}, got {scenarios}")
     for scenario in scenarios:
-        _check_choice("scenarios", scenario, SCENARIOS)
+        check_choice("scenarios", scenario, SCENARIOS)
     margins = tuple(margins)
     if not margins or len(set(margins)) != len(margins):
         raise ValueError(f"margins must be a non-empty sequence of distinct numbers >= 0, got {margins}")
     at_step = steps // 2 if at_step is None else at_step
-    if isinstance(at_step, bool) or not isinstance(at_step, int) or not 0 <= at_step <= steps - 2:
-        raise ValueError(f"at_step must be an integer in [0, {steps - 2}] for steps={steps}, got {at_step!r}")
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be an integer >= 1, got {window!r}")
+    check_int("at_step", at_step, 0, steps - 2)
+    check_int("window", window, 1)
     strategies = tuple(strategies)
 
     def make_probe(margin: float) -> fp8.FP8Probe:
@@ -244,7 +225,7 @@ def fp8_sweep(
         WeightSwap(at_step, checkpoint_path=checkpoint_path, scale_wq=swap_scale, layer=layer)  # validate early
     executor = make_executor(executor)  # e.g. Ray missing: say so before loading data
     if data is None:
-        data = _load_data(data_dir, max_vocab)
+        data = data_lib.load_tokens(data_dir, max_vocab=max_vocab)
 
     model_cfg = GPTConfig(**{**DEFAULT_MODEL, "vocab_size": data.vocab_size, **(model or {})})
     train_kw: dict[str, Any] = {**DEFAULT_TRAIN, "eval_interval": steps, **(train or {})}
@@ -280,8 +261,8 @@ def fp8_sweep(
         head = {"variant": name, "scenario": scenario, "margin": margin, "seed": record.config["seed"],
                 "status": record.status}  # fmt: skip
         runs.append({**head, "history": history})
-        alpha = _alpha_obs(record, model_cfg.n_layer)
-        for row in _summarize_run(history, head["seed"], strategies, event[scenario], window, model_cfg.n_layer):
+        alpha = alpha_obs(record, model_cfg.n_layer)
+        for row in overflow_rows(history, head["seed"], strategies, event[scenario], window, model_cfg.n_layer):
             table.append({**head, **row, **alpha})
     done = {row["variant"] for row in table}
     specs = [
@@ -296,7 +277,7 @@ def fp8_sweep(
         "per_seed": table,
         "comparisons": specs,
         "runs": runs,
-        "verdict": _verdict(table, rows, strategies),
+        "verdict": sweep_verdict(table, rows, strategies),
         "event_step": event,
         "window": window,
         "strategies": list(strategies),
@@ -307,41 +288,6 @@ def fp8_sweep(
                      **transient},  # fmt: skip
         "data": data.describe(),
     }
-
-
-def _alpha_obs(record: RunRecord, n_layer: int) -> dict[str, float | None]:
-    """Median and max over updates of α_obs = max|S| / B_wc (max over layers): how close to the worst case."""
-    per_step = []
-    h = record.history
-    for i in range(len(h.get("step", []))):
-        values = []
-        for layer in range(n_layer):
-            amax = (h.get(f"fp8/L{layer}/max_abs_logit") or [None] * (i + 1))[i]
-            bound = (h.get(f"fp8/L{layer}/bound_worst_case") or [None] * (i + 1))[i]
-            if isinstance(amax, (int, float)) and isinstance(bound, (int, float)) and bound > 0:
-                values.append(amax / bound)
-        if values:
-            per_step.append(max(values))
-    return {"alpha_obs_median": statistics.median(per_step) if per_step else None,
-            "alpha_obs_max": max(per_step) if per_step else None}  # fmt: skip
-
-
-def _verdict(table: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]], strategies: Sequence[str]) -> str:
-    """Per scenario and margin: in how many seeds each strategy overflowed in the window, and its test."""
-    tests = {(r["scenario"], r["margin"], r["strategy"]): r["verdict"] for r in rows}
-    sentences = []
-    for name in dict.fromkeys(row["variant"] for row in table):
-        runs = [row for row in table if row["variant"] == name]
-        parts = []
-        for s in strategies:
-            counts = [row[METRIC] for row in runs if row["strategy"] == s]
-            text = f"{s} in {sum(c > 0 for c in counts)} of {len(counts)} seeds (mean {statistics.fmean(counts):.4g})"
-            verdict = tests.get((runs[0]["scenario"], runs[0]["margin"], s), "")
-            if verdict not in ("", "baseline"):
-                text += f" [vs delayed: {verdict}]"
-            parts.append(text)
-        sentences.append(f"{name}: logits overflowing in the transient window — " + "; ".join(parts) + ".")
-    return " ".join(sentences)
 
 
 def fp8_transients(
@@ -377,9 +323,8 @@ def fp8_transients(
     Args:
         scenario: "lr_spike", "weight_swap" or "none".
         steps: updates per run, >= 2. seeds: one run per seed (non-empty, distinct).
-        data: a :class:`spanviz.data.TokenData`; None loads WikiText-2 with
-            :func:`spanviz.data.prepare_tokens` from ``data_dir`` (offline: train on validation, evaluate on
-            test) or, without ``data_dir``, from ``$SPANVIZ_WIKITEXT_DIR`` / the hub. max_vocab: word cap.
+        data: a :class:`spanviz.data.TokenData`; None loads WikiText-2 as :func:`fp8_sweep` does.
+            max_vocab: word cap.
         at_step: the update at which the transient starts (default steps // 2): the spike's first update,
             or the update after which the weights are swapped (the first affected probe is at_step + 1).
         lr_spike_factor, lr_spike_steps: the spike (scenario "lr_spike").
@@ -405,7 +350,7 @@ def fp8_transients(
             seeds, ...), or as raised by the trainer / probe.
     Source: arXiv 2602.18851's transient scenarios, spanviz's setup.
     """
-    _check_choice("scenario", scenario, SCENARIOS)
+    check_choice("scenario", scenario, SCENARIOS)
     seeds = list(seeds)
     if not seeds:
         raise ValueError("seeds must be a non-empty sequence of integers")
@@ -435,58 +380,9 @@ def fp8_transients(
     }
 
 
-def _summarize_run(
-    history: Mapping[str, list[Any]], seed: int, strategies: Sequence[str], event_step: int, window: int, n_layer: int
-) -> list[dict[str, Any]]:
-    steps = history["step"]
-    rows = []
-    for s in strategies:
-        counts = history.get(f"fp8/overflow/{s}", [None] * len(steps))
-        before = during = after = 0
-        first, n_steps = None, 0
-        utils = []
-        for step, count, *layer_utils in zip(
-            steps, counts, *(history.get(f"fp8/L{i}/utilisation/{s}", [None] * len(steps)) for i in range(n_layer))
-        ):
-            if count is None:
-                continue
-            if step < event_step:
-                before += count
-            elif step < event_step + window:
-                during += count
-            else:
-                after += count
-            if count > 0:
-                n_steps += 1
-                first = step if first is None else first
-            values = [u for u in layer_utils if u is not None]
-            if values:
-                utils.append(max(values))
-        rows.append(
-            {
-                "seed": seed,
-                "strategy": s,
-                "overflow_before": before,
-                "overflow_during": during,
-                "overflow_after": after,
-                "steps_with_overflow": n_steps,
-                "first_overflow_step": first,
-                "median_utilisation": statistics.median(utils) if utils else None,
-            }
-        )
-    return rows
-
-
 def format_summary(result: Mapping[str, Any]) -> str:
-    """A plain-text table of ``result["summary"]`` (for logs, the CLI and docs)."""
+    """A plain-text table of ``result["summary"]`` (for logs, the CLI and docs), under one line of settings."""
     cols = ("seed", "strategy", "overflow_before", "overflow_during", "overflow_after", "steps_with_overflow",
             "first_overflow_step", "median_utilisation")  # fmt: skip
     head = f"scenario={result['scenario']} event_step={result['event_step']} window={result['window']}"
-
-    def cell(v: Any) -> str:
-        return f"{v:.3g}" if isinstance(v, float) else str(v)
-
-    table = [cols] + [tuple(cell(r[c]) for c in cols) for r in result["summary"]]
-    widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
-    lines = ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in table]
-    return "\n".join([head, *lines])
+    return f"{head}\n{format_table(result['summary'], cols, float_format='.3g')}"

@@ -31,17 +31,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from spanviz import data as data_lib
 from spanviz import local_global
-from spanviz.experiments.core import (
-    compare_groups,
-    describe_comparison,
-    per_seed_table,
-    run_grid,
-    seed_list,
-)
+from spanviz.experiments.core import compare_groups, describe_comparison, per_seed_table, run_grid, seed_list
 from spanviz.experiments.executors import Executor, make_executor
 from spanviz.model import GPTConfig
 from spanviz.train import RunRecord, TrainConfig
+from spanviz.validators import check_choice, check_int
 
 logger = logging.getLogger(__name__)
 
@@ -150,13 +146,11 @@ def ls_variants(
     Raises:
         ValueError: unknown size, or as :class:`GPTConfig` / :class:`TrainConfig` raise.
     """
-    if size not in SIZES:
-        raise ValueError(f"size must be one of {tuple(SIZES)}, got {size!r}")
+    check_choice("size", size, SIZES)
     spec = SIZES[size]
     train_kw = dict(spec["train"])
     if steps is not None:
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-            raise ValueError(f"steps must be an integer >= 1 or None, got {steps!r}")
+        check_int("steps", steps, 1)
         train_kw.update(steps=steps, warmup_steps=min(train_kw["warmup_steps"], steps // 10))
     train_kw.update(train or {})
     train_cfg = TrainConfig(**train_kw)
@@ -171,13 +165,6 @@ def ls_variants(
         "ls": (replace(base, **ls_kw), train_cfg),
         "qk_norm": (replace(base, qk_norm=True), train_cfg),
     }
-
-
-def _load_data(size: str, data_dir: str | os.PathLike[str] | None) -> Any:
-    from spanviz import data as data_lib
-
-    splits = data_lib.OFFLINE_SPLITS if data_dir is not None else None
-    return data_lib.prepare_tokens(data_dir, splits=splits, **SIZES[size]["tokenizer"])
 
 
 def ls_sweep(
@@ -204,9 +191,10 @@ def ls_sweep(
             d_model 192, 6 heads of 32, 5 local p = 50, batch 16, 2000 updates at lr 6e-3, bf16).
         seeds: a count n (seeds 0 … n−1) or explicit distinct seeds.
         steps: updates per run (default per size).
-        data: a :class:`spanviz.data.TokenData`; None loads WikiText-2 with the size's tokenizer from
-            ``data_dir`` (train on the validation split, evaluate on the test split) or, without it, from
-            ``$SPANVIZ_WIKITEXT_DIR`` / the hub.
+        data: a :class:`spanviz.data.TokenData`; None loads WikiText-2 with the size's tokenizer
+            (:func:`spanviz.data.load_tokens`: the split policy of :mod:`spanviz.settings`; a folder, ``data_dir``
+            or ``$SPANVIZ_WIKITEXT_DIR``, trains on validation and evaluates on test unless
+            ``$SPANVIZ_TRAIN_SPLIT`` / ``$SPANVIZ_EVAL_SPLIT`` say otherwise).
         store: a :class:`spanviz.store.ResultsStore` (runs seen before replay instantly) or None.
         progress: ``fn(done, total, label)`` after each run.
         model, train, n_local, window: overrides (see :func:`ls_variants`).
@@ -230,13 +218,12 @@ def ls_sweep(
     Source: arXiv 2505.15548's comparison as reconstructed by spanviz.
     """
     seeds = seed_list(seeds)
-    if size not in SIZES:
-        raise ValueError(f"size must be one of {tuple(SIZES)}, got {size!r}")
+    check_choice("size", size, SIZES)
     every = SIZES[size]["probe_every"] if probe_every is None else probe_every
     local_global.LogitProbe(every=every)  # validate before loading data or training
     executor = make_executor(executor)  # e.g. Ray missing: say so before loading data
     if data is None:
-        data = _load_data(size, data_dir)
+        data = data_lib.load_tokens(data_dir, **SIZES[size]["tokenizer"])
     variants = ls_variants(size, data.vocab_size, steps=steps, model=model, train=train, n_local=n_local,
                            window=window)  # fmt: skip
 

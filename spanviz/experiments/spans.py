@@ -35,11 +35,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from spanviz import data as data_lib
 from spanviz.experiments.core import compare_groups, describe_comparison, per_seed_table, run_grid, seed_list
 from spanviz.experiments.executors import Executor, make_executor
 from spanviz.model import GPTConfig
 from spanviz.spans import SpanConfig
 from spanviz.train import TrainConfig
+from spanviz.validators import check_choice, check_int
 
 logger = logging.getLogger(__name__)
 
@@ -78,13 +80,6 @@ def _info(cfg: GPTConfig) -> dict[str, Any]:
     return {"n_head": cfg.n_head, "d_head": cfg.d_head, "n_layer": cfg.n_layer, "d_model": cfg.d_model}
 
 
-def _load_data(data_dir: str | os.PathLike[str] | None, max_vocab: int | None) -> Any:
-    from spanviz import data as data_lib
-
-    splits = data_lib.OFFLINE_SPLITS if data_dir is not None else None
-    return data_lib.prepare_tokens(data_dir, splits=splits, max_vocab=max_vocab)
-
-
 def build_variants(
     size: str = "cpu",
     *,
@@ -107,16 +102,14 @@ def build_variants(
         GPTConfig / TrainConfig.
     Source: spanviz's rendering of the paper's protocol.
     """
-    if size not in SIZES:
-        raise ValueError(f"size must be one of {SIZES}, got {size!r}")
+    check_choice("size", size, SIZES)
     groups = tuple(groups)
     if not groups or any(g not in GROUPS for g in groups):
         raise ValueError(f"groups must be a non-empty selection of {GROUPS}, got {groups!r}")
     defaults = SIZE_DEFAULTS[size]
     train_kw = {**defaults["train"], **(train or {}), "device": device}
     if steps is not None:
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-            raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+        check_int("steps", steps, 1)
         train_kw.update(steps=steps, eval_interval=max(1, steps // 4),
                         warmup_steps=min(train_kw["warmup_steps"], steps // 10))  # fmt: skip
     train_cfg = TrainConfig(**train_kw)
@@ -180,8 +173,10 @@ def spans_sweep(
         size: "cpu" or "paper" (see :data:`SIZE_DEFAULTS`).
         seeds: a count n (seeds 0..n−1) or a list of distinct seeds >= 0.
         steps: override the size's step count (eval_interval becomes steps // 4).
-        data: a :class:`spanviz.data.TokenData`; None loads WikiText-2 (``data_dir`` given: offline, train on
-            validation, evaluate on test; else ``$SPANVIZ_WIKITEXT_DIR`` / the hub) with ``max_vocab``.
+        data: a :class:`spanviz.data.TokenData`; None loads WikiText-2 with ``max_vocab`` through
+            :func:`spanviz.data.load_tokens` (the split policy of :mod:`spanviz.settings`: a folder, ``data_dir``
+            or ``$SPANVIZ_WIKITEXT_DIR``, trains on validation and evaluates on test unless
+            ``$SPANVIZ_TRAIN_SPLIT`` / ``$SPANVIZ_EVAL_SPLIT`` say otherwise; no folder: the hub).
         store: a :class:`spanviz.store.ResultsStore` to replay / keep runs; None trains everything.
         progress: ``fn(done, total, label)`` after each run.
         groups: any of "alphas", "heads", "control".
@@ -210,7 +205,7 @@ def spans_sweep(
                    model=model, train=train, device=device)  # fmt: skip
     executor = make_executor(executor)  # e.g. Ray missing: say so before loading data
     if data is None:
-        data = _load_data(data_dir, max_vocab)
+        data = data_lib.load_tokens(data_dir, max_vocab=max_vocab)
     variants, comparisons = build_variants(
         size, vocab_size=data.vocab_size, steps=steps, groups=groups, head_counts=head_counts, model=model,
         train=train, device=device,

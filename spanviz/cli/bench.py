@@ -1,0 +1,41 @@
+"""``spanviz bench``: the benchmarks of :mod:`spanviz.bench`, as text or JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from spanviz import data as data_lib
+from spanviz.bench import SECTIONS as BENCH_SECTIONS
+from spanviz.bench import format_results, run_benchmarks
+from spanviz.cli.common import announce_smoke, smoke
+from spanviz.cli.options import BenchCommand, UsageError, as_flags
+from spanviz.train import resolve_device
+
+
+def cmd_bench(cmd: BenchCommand) -> int:
+    try:
+        resolve_device(cmd.device)
+    except ValueError as error:
+        raise UsageError(as_flags(str(error))) from None
+    only = cmd.only
+    if only is not None:
+        names = [s.strip() for s in only.split(",") if s.strip()]
+        unknown = [n for n in names if n not in BENCH_SECTIONS]
+        if unknown or not names:
+            raise UsageError(f"--only {only}: sections are {', '.join(BENCH_SECTIONS)} (comma-separated)")
+    quick, data_dir = cmd.quick, cmd.data_dir
+    if data_dir is None:
+        folder, _ = data_lib.resolve_data_source()
+        data_dir = Path(folder) if folder is not None else None
+    if smoke():
+        only, quick, data_dir = "core", True, None
+        announce_smoke("the quick core step-ratio benchmark only (no notebook-config run)")
+    results = run_benchmarks(only=only, device=cmd.device, data_dir=None if data_dir is None else str(data_dir),
+                             quick=quick)
+    print(json.dumps(results, indent=2) if cmd.json else format_results(results))
+    failed = [name for name, section in results.items() if isinstance(section, dict) and "error" in section]
+    for name in failed:
+        print(f"warning: benchmark section {name} failed: {results[name]['error']}", file=sys.stderr)
+    return 1 if failed else 0

@@ -1,0 +1,109 @@
+"""What every command shares: ``SPANVIZ_SMOKE``, the data settings (the split policy, with the command line's
+default splits), data errors as flag messages, ``$SPANVIZ_HOME`` checks; and ``spanviz prepare-data``."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from spanviz import data as data_lib
+from spanviz.cli.options import DataOptions, PrepareDataCommand, UsageError, as_flags
+from spanviz.files import check_writable_folder
+from spanviz.settings import ENV_SMOKE, env_flag
+
+SMOKE_ENV = ENV_SMOKE
+"""The variable that makes every command a seconds-long version of itself."""
+
+
+def smoke() -> bool:
+    """Whether ``SPANVIZ_SMOKE=1``: every command becomes a seconds-long version of itself (for CI).
+
+    Raises: ValueError (naming the variable) for a value that is not true/false (:func:`spanviz.settings.env_flag`).
+    """
+    return bool(env_flag(ENV_SMOKE))
+
+
+def shrink(n: int | None, low: int = 1) -> int | None:
+    return None if n is None else max(low, math.ceil(n / 100))
+
+
+def announce_smoke(what: str) -> None:
+    print(f"{ENV_SMOKE}=1: {what}", file=sys.stderr)
+
+
+# ======================================================================================= data helpers
+def data_settings(opts: DataOptions, *, tokenizer: str | None = None, max_vocab: int | None = None
+                  ) -> dict[str, Any]:
+    """The keyword arguments of :func:`spanviz.data.prepare_tokens` for ``opts`` (nothing read yet).
+
+    Raises:
+        UsageError: a bad --max-vocab or --data-dir.
+    """
+    folder, splits = data_lib.resolve_data_source(opts.data_dir, opts.train_split, opts.eval_split)
+    kind = tokenizer or opts.tokenizer or "word"
+    cap = opts.max_vocab if max_vocab is None else max_vocab
+    if cap < 0 or (kind == "word" and 0 < cap < 3):
+        raise UsageError(f"--max-vocab {cap}: must be 0 (no cap) or at least 3 (<unk>, <eos> and one word)")
+    if folder is not None and not Path(folder).expanduser().is_dir():
+        origin = "--data-dir" if opts.data_dir is not None else f"${data_lib.ENV_DATA_DIR}"
+        raise UsageError(f"{origin} {folder}: not a folder; it must hold the WikiText-2 splits "
+                         "(e.g. valid.txt and test.txt)")
+    return dict(data_dir=folder, config=opts.wikitext_config, splits=splits, tokenizer=kind,
+                max_vocab=(cap or None) if kind == "word" else None, offline=True if opts.offline else None)
+
+
+def data_message(error: BaseException) -> str:
+    """A command-line message (flags, no Python) for a data error of :mod:`spanviz.data`."""
+    if isinstance(error, data_lib.MissingSplitError):
+        message = (f"the {error.role} split {error.split!r} is not in {error.folder} "
+                   f"(splits there: {', '.join(error.available) or 'none'})")
+        if "validation" in error.available:
+            other = "test" if "test" in error.available else "validation"
+            message += f"; train on another split: --train-split validation --eval-split {other}"
+        return message
+    if isinstance(error, data_lib.HubUnavailableError):
+        return (f"WikiText-2 is not available from the Hugging Face hub ({error.reason}). Use a local copy: "
+                "spanviz prepare-data --data-dir DIR (once; later commands remember DIR), where DIR holds "
+                "train.txt / valid.txt / test.txt, wiki.*.tokens or the hub's parquet files; for a copy without "
+                "the train split add --train-split validation --eval-split test")
+    return as_flags(str(error))
+
+
+def load_data(settings: Mapping[str, Any]) -> Any:
+    """:func:`spanviz.data.prepare_tokens` with command-line messages (:class:`UsageError`)."""
+    try:
+        return data_lib.prepare_tokens(**settings)
+    except (data_lib.HubUnavailableError, ValueError) as error:
+        raise UsageError(data_message(error)) from None
+
+
+def check_home() -> Path:
+    """``$SPANVIZ_HOME`` must be a folder we can write (token cache, results store): a clear error otherwise."""
+    home = data_lib.spanviz_home()
+    label = f"SPANVIZ_HOME={home}" if os.environ.get(data_lib.ENV_HOME) else f"the spanviz cache folder {home}"
+    return check_writable_folder(home, f"{label} (set SPANVIZ_HOME to a folder you can write)")
+
+
+def estimated_vocab(settings: Mapping[str, Any]) -> int:
+    """A vocabulary size for checks made before the data are read (the data later give the real one)."""
+    return 256 if settings["tokenizer"] == "byte" else (settings["max_vocab"] or 256)
+
+
+# ================================================================================ prepare-data
+def cmd_prepare_data(cmd: PrepareDataCommand) -> int:
+    settings = data_settings(cmd.data)
+    check_home()
+    data = load_data(settings)
+    info = data.describe()
+    print(f"{'cache hit' if data.from_cache else 'tokenized'}: {info['n_tokens']['train']:,} train / "
+          f"{info['n_tokens']['eval']:,} eval tokens, vocab {data.vocab_size:,}, splits {info['splits']}, "
+          f"source {info['source']}")
+    if settings["data_dir"] is not None:
+        data_lib.remember_data_source(settings["data_dir"], data.splits)
+        print(f"remembered: later commands read {info['source']} (--train-split {data.splits['train']} "
+              f"--eval-split {data.splits['eval']}) unless given --data-dir")
+    return 0

@@ -1,0 +1,226 @@
+"""``spanviz train``'s checks before any data are read: the configs of the flags, the probes, the smoke version,
+and for ``--resume`` the saved run and the typed flags that would contradict it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from spanviz import data as data_lib
+from spanviz.cli.common import data_settings, estimated_vocab, shrink
+from spanviz.cli.options import ProbeOptions, TrainCommand, UsageError, config_from, config_kwargs, flag_name
+from spanviz.fp8 import FP8Probe
+from spanviz.local_global import LogitProbe
+from spanviz.model import GPTConfig
+from spanviz.spans import SpanConfig, SpanProbe
+from spanviz.train import RunRecord, TrainConfig, count_parameters, describe_probe, load_checkpoint, to_json_text
+
+
+def smoke_train(cmd: TrainCommand) -> TrainCommand:
+    """The seconds-long version of a train command: step counts ÷ 100, context ≤ 32, batch ≤ 4, ≤ 2 eval batches.
+    """
+    t = cmd.train
+    train = replace(t, steps=shrink(t.steps, 2), eval_interval=shrink(t.eval_interval),
+                    eval_iters=min(t.eval_iters, 2), batch_size=min(t.batch_size, 4),
+                    warmup_steps=shrink(t.warmup_steps, 0) if t.warmup_steps else t.warmup_steps,
+                    lr_spike_start=shrink(t.lr_spike_start, 0) if t.lr_spike_start else 0,
+                    lr_spike_steps=shrink(t.lr_spike_steps, 0) if t.lr_spike_steps else 0,
+                    checkpoint_interval=shrink(t.checkpoint_interval) if t.checkpoint_interval else
+                    t.checkpoint_interval)
+    if train.lr_spike_factor != 1.0:
+        train = replace(train, lr_spike_start=min(train.lr_spike_start, train.steps - 1))
+    model = replace(cmd.model, context_length=min(cmd.model.context_length, 32))
+    probes = cmd.probes
+    if probes.logit_probe or probes.spans_probe:
+        probes = replace(probes, probe_every=shrink(probes.probe_every))
+    return replace(cmd, train=train, model=model, probes=probes)
+
+
+@dataclass
+class TrainPlan:
+    """Everything ``spanviz train`` checked before loading data: configs, probes, data settings, resume state."""
+
+    model_cfg: GPTConfig
+    train_cfg: TrainConfig
+    probes: ProbeOptions
+    data: dict[str, Any]
+    checkpoint: Any = None  # spanviz.train.Checkpoint when resuming
+    notes: list[str] = field(default_factory=list)
+
+
+def span_config(opts: Any) -> SpanConfig | None:
+    """The SpanConfig of the span flags, or None when span scaling is off."""
+    if opts.spans_preset is None and opts.alphas is None:
+        if opts.spans_layers is not None:
+            raise UsageError(f"--spans-layers {' '.join(map(str, opts.spans_layers))}: has no effect without "
+                             "--spans-preset or --alphas (span scaling is off)")
+        return None
+    return config_from(SpanConfig, {"preset": opts.spans_preset or "kv8",
+                                    "alphas": "1111" if opts.alphas is None else opts.alphas,
+                                    "layers": opts.spans_layers})
+
+
+def build_probes(opts: ProbeOptions) -> list:
+    """The probe objects of the probe flags (validated)."""
+    if opts.probe_every < 1:
+        raise UsageError(f"--probe-every {opts.probe_every}: must be an integer >= 1")
+    if opts.probe_every != ProbeOptions.probe_every and not (opts.logit_probe or opts.spans_probe):
+        raise UsageError(f"--probe-every {opts.probe_every}: applies to --logit-probe and --spans-probe, and neither "
+                         "is on (--fp8-probe measures every update)")
+    probes = []
+    if opts.logit_probe:
+        probes.append(LogitProbe(every=opts.probe_every))
+    if opts.spans_probe:
+        probes.append(SpanProbe(every=opts.probe_every))
+    if opts.fp8_probe:
+        probes.append(FP8Probe(every=1))
+    return probes
+
+
+def model_config(cmd: TrainCommand, vocab_size: int) -> GPTConfig:
+    """The GPTConfig of the model and span flags (``ValueError`` as flags)."""
+    opts = cmd.model
+    if opts.window is not None and opts.n_local == 0:
+        raise UsageError(f"--window {opts.window}: has no effect without --n-local (the number of local heads); "
+                         "add --n-local N")
+    if cmd.probes.fp8_probe and opts.qk_norm:
+        raise UsageError("--fp8-probe with --qk-norm: the FP8 bounds are for plain q·k logits, which QK-norm replaces; "
+                         "drop one of them")
+    kwargs = {**config_kwargs(opts), "vocab_size": vocab_size, "spans": span_config(cmd.spans)}
+    return config_from(GPTConfig, kwargs)
+
+
+def _given(given: set[str], options: Any) -> dict[str, str]:
+    """Option field → flag, for the fields of ``options`` whose flag was typed."""
+    return {f.name: flag_name(f.name) for f in fields(options) if flag_name(f.name) in given}
+
+
+def resume_plan(cmd: TrainCommand, given: set[str], out: Path) -> TrainPlan:
+    """Checks for ``--resume``: the checkpoint in ``out``, and typed flags that would contradict it.
+
+    The run continues with its saved configuration (model, training, probes, data); only ``--steps`` may
+    change (to extend it). A typed flag with the saved value is fine; another value is an error.
+    """
+    if cmd.config is not None:
+        raise UsageError("--config with --resume: a resumed run keeps its saved configuration; drop --config")
+    path = out / "checkpoint.pt"
+    if not path.exists():
+        hint = ""
+        if (out / "run.json").is_file():
+            hint = " (the run stopped before its first checkpoint: start it again, without --resume)"
+        raise UsageError(f"--resume: {out} has no checkpoint.pt to continue{hint}")
+    checkpoint = load_checkpoint(path)  # CheckpointError: one line naming the file
+    saved_model, saved_train = checkpoint.model_cfg, checkpoint.train_cfg
+    status = _saved_status(out)
+    if status == "diverged":
+        raise UsageError(f"--resume: the run in {out} diverged (see its run.json); continuing it from its last good "
+                         "checkpoint would diverge again at the same update. Start a new run, e.g. with a lower --lr")
+    conflicts = []
+    for option, flag in _given(given, cmd.model).items():
+        if getattr(cmd.model, option) != getattr(saved_model, option):
+            conflicts.append(f"{flag} (the run has {option}={getattr(saved_model, option)})")
+    if _given(given, cmd.spans) and span_config(cmd.spans) != saved_model.spans:
+        conflicts.append(f"{'/'.join(_given(given, cmd.spans).values())} (the run has spans={saved_model.spans})")
+    for option, flag in _given(given, cmd.train).items():
+        if option != "steps" and getattr(cmd.train, option) != getattr(saved_train, option):
+            conflicts.append(f"{flag} (the run has {option}={getattr(saved_train, option)})")
+    saved_probes = probe_options_of(checkpoint.record.config.get("probes", []), path)
+    for option, flag in _given(given, cmd.probes).items():
+        if getattr(cmd.probes, option) != getattr(saved_probes, option):
+            conflicts.append(f"{flag} (the run has {option}={getattr(saved_probes, option)})")
+    if conflicts:
+        raise UsageError(f"--resume continues the run saved in {out} with its own settings; only --steps may change. "
+                         f"These flags differ from it: {'; '.join(conflicts)}")
+    steps = saved_train.steps
+    if "--steps" in given:
+        steps = cmd.train.steps
+        if steps < checkpoint.step:
+            raise UsageError(f"--steps {steps}: the run in {out} has already done {checkpoint.step} updates; "
+                             f"give --steps {checkpoint.step} or more")
+    notes = []
+    if steps > saved_train.steps and saved_train.min_lr_ratio != 1.0:
+        notes.append(f"note: extending {saved_train.steps} to {steps} updates; the updates still to do follow the "
+                     f"learning-rate schedule of a {steps}-update run (the cosine decays over the new total), so the "
+                     "curve differs from a fresh run of that length unless the schedule ignores the total "
+                     "(--min-lr-ratio 1)")
+    data = resume_data_settings(cmd, given, checkpoint.record.config.get("data", {}))
+    return TrainPlan(saved_model, replace(saved_train, steps=steps), saved_probes, data, checkpoint, notes)
+
+
+def _saved_status(out: Path) -> str | None:
+    """The status in ``out/run.json``, or None when it is missing or unreadable."""
+    try:
+        return RunRecord.load(out / "run.json").status
+    except ValueError:
+        return None
+
+
+def probe_options_of(saved: Sequence[Mapping[str, Any]], where: Path) -> ProbeOptions:
+    """The probe flags that reproduce a run's saved probes (``config["probes"]``)."""
+    kinds = {p.get("type"): p for p in saved if isinstance(p, Mapping)}
+    every = {p.get("every") for t, p in kinds.items() if t in ("LogitProbe", "SpanProbe")}
+    opts = ProbeOptions(logit_probe="LogitProbe" in kinds, spans_probe="SpanProbe" in kinds,
+                        fp8_probe="FP8Probe" in kinds,
+                        probe_every=every.pop() if len(every) == 1 else ProbeOptions.probe_every)
+    described = json.loads(to_json_text([describe_probe(p) for p in build_probes(opts)]))
+    if described != list(saved):
+        raise UsageError(f"--resume: the probes of the run in {where} were not set with spanviz train's probe flags; "
+                         "continue it from Python (spanviz.train.Trainer.resume)")
+    return opts
+
+
+def resume_data_settings(cmd: TrainCommand, given: set[str], saved: Mapping[str, Any]) -> dict[str, Any]:
+    """prepare_tokens arguments that read the same data as the saved run (typed data flags must agree)."""
+    source = saved.get("source")
+    folder = str(cmd.data.data_dir) if cmd.data.data_dir is not None else None
+    if folder is None and source and source != data_lib.HUB_ID:
+        if not Path(source).is_dir():
+            raise UsageError(f"--resume: the run read WikiText-2 from {source}, which is not there any more; "
+                             "give its new place with --data-dir")
+        folder = source
+    splits = saved.get("splits") or {}
+    opts = replace(cmd.data, data_dir=folder and Path(folder),
+                   train_split=cmd.data.train_split if "--train-split" in given else splits.get("train"),
+                   eval_split=cmd.data.eval_split if "--eval-split" in given else splits.get("eval"),
+                   wikitext_config=saved.get("config", cmd.data.wikitext_config) if "--wikitext-config" not in given
+                   else cmd.data.wikitext_config)
+    tokenizer = cmd.data.tokenizer if "--tokenizer" in given else saved.get("tokenizer")
+    max_vocab = cmd.data.max_vocab if "--max-vocab" in given else (saved.get("max_vocab") or 0)
+    return data_settings(opts, tokenizer=tokenizer, max_vocab=max_vocab)
+
+
+def fresh_plan(cmd: TrainCommand) -> TrainPlan:
+    """Checks for a new run: the data settings, the configs (with an estimated vocabulary), the probes."""
+    settings = data_settings(cmd.data)
+    model_cfg = model_config(cmd, estimated_vocab(settings))
+    train_cfg = config_from(TrainConfig, config_kwargs(cmd.train))
+    build_probes(cmd.probes)
+    return TrainPlan(model_cfg, train_cfg, cmd.probes, settings)
+
+
+def check_out_is_free(out: Path) -> None:
+    """A new run must not overwrite one already in ``out`` (nothing the user produced is lost)."""
+    present = [name for name in ("run.json", "checkpoint.pt") if (out / name).exists()]
+    if not present:
+        return
+    what = ""
+    if (out / "run.json").is_file():
+        try:
+            saved = RunRecord.load(out / "run.json")
+        except ValueError:
+            what = " (its run.json is damaged)"
+        else:
+            done = len(saved.history.get("step", []))
+            if done == 0 and present == ["run.json"]:
+                return  # a run stopped before its first update: nothing to lose, start it afresh
+            what = f" (status {saved.status}, {done} of {saved.config.get('train', {}).get('steps', '?')} updates)"
+    raise UsageError(f"--out {out} already holds a run{what}: continue it with --resume (--resume --steps N "
+                     "extends it), or choose another --out")
+
+
+def checkpoint_bytes(model_cfg: GPTConfig) -> int:
+    """About how large checkpoint.pt gets: weights and the two AdamW moments in fp32, plus slack."""
+    return 12 * count_parameters(model_cfg) + 2**20

@@ -1,0 +1,209 @@
+"""``spanviz sweep``: a paper comparison over seeds (:mod:`spanviz.experiments`), checked before any data are read."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import tyro
+from tqdm.auto import tqdm
+
+from spanviz.cli.common import announce_smoke, check_home, data_settings, load_data, shrink, smoke
+from spanviz.cli.options import (
+    OPTION_SOURCES, ModelOverrides, SweepCommand, TrainOverrides, UsageError, as_flags, config_kwargs, flag_name,
+    tyro_message,
+)
+from spanviz.experiments import format_table, save_sweep
+from spanviz.experiments import fp8 as fp8_experiment
+from spanviz.experiments import ls as ls_experiment
+from spanviz.experiments import spans as spans_experiment
+from spanviz.experiments.core import RunsFailedError
+from spanviz.experiments.executors import MissingExtraError, make_executor
+from spanviz.files import check_writable_folder
+from spanviz.model import GPTConfig
+from spanviz.store import ResultsStore
+from spanviz.train import TrainConfig, check_runnable
+
+
+def parse_overrides(items: Sequence[str], flag: str, options_class: type) -> dict[str, Any]:
+    """``("KEY=VALUE", ...)`` → ``{field: value}``, parsed by tyro from the generated ``options_class``.
+
+    KEY is a field name (``context_length`` or ``context-length``); VALUE is converted to the field's type.
+    Raises:
+        UsageError: an item without "=", or a KEY / VALUE tyro refuses (tyro's message is kept).
+    """
+    args: list[str] = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{flag} takes KEY=VALUE, got {item!r}")
+        args += [flag_name(key.strip()), value]
+    if not args:
+        return {}
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(captured), contextlib.redirect_stderr(captured):
+            parsed = tyro.cli(options_class, args=args, prog=f"spanviz sweep {flag} KEY=VALUE")
+    except SystemExit:
+        names = ", ".join(sorted(OPTION_SOURCES[options_class][1]))
+        raise UsageError(f"{flag} {' '.join(items)}: {tyro_message(captured.getvalue())} (KEY is one of {names})"
+                         ) from None
+    return {k: v for k, v in config_kwargs(parsed).items() if v is not None}
+
+
+EXPERIMENTS = {"spans": spans_experiment, "ls": ls_experiment, "fp8": fp8_experiment}
+"""``spanviz sweep``'s experiments: name → module (:data:`~spanviz.cli.options.SWEEP_MODULES` names them)."""
+
+
+def sweep_function(experiment: str) -> Callable[..., dict[str, Any]]:
+    """The sweep function of an experiment, e.g. :func:`spanviz.experiments.spans.spans_sweep`."""
+    return getattr(EXPERIMENTS[experiment], f"{experiment}_sweep")
+
+
+def sweep_variants(experiment: str, size: str, steps: int | None, model: dict, train: dict
+                   ) -> list[tuple[GPTConfig, TrainConfig]]:
+    """The (model, train) configs a sweep will train, built with a placeholder vocabulary (nothing trained)."""
+    module = EXPERIMENTS[experiment]
+    if experiment == "spans":
+        variants, _ = module.build_variants(size, vocab_size=256, steps=steps, model=model, train=train)
+        return list(variants.values())
+    if experiment == "ls":
+        return list(module.ls_variants(size, 256, steps=steps, model=model, train=train).values())
+    steps = 200 if steps is None else steps
+    model_cfg = GPTConfig(**{**module.DEFAULT_MODEL, "vocab_size": 256, **model})
+    train_cfg = TrainConfig(**{**module.DEFAULT_TRAIN, "eval_interval": steps, **train, "steps": steps,
+                               "device": "cpu"})
+    return [(model_cfg, train_cfg)]
+
+
+def sweep_sizes(experiment: str) -> tuple[str, ...]:
+    return tuple(EXPERIMENTS[experiment].SIZES)
+
+
+def cmd_sweep(cmd: SweepCommand) -> int:
+    experiment = cmd.experiment
+    sizes = sweep_sizes(experiment)
+    if cmd.size not in sizes:
+        raise UsageError(f"--size {cmd.size}: sweep {experiment} has sizes {', '.join(sizes)}")
+    if cmd.seeds is not None and cmd.seeds < 1:
+        raise UsageError(f"--seeds {cmd.seeds}: must be a number of seeds >= 1")
+    low = 2 if experiment == "fp8" else 1
+    if cmd.steps is not None and cmd.steps < low:
+        raise UsageError(f"--steps {cmd.steps}: must be an integer >= {low}")
+    if cmd.scenario is not None and experiment != "fp8":
+        raise UsageError(f"--scenario {cmd.scenario}: applies to sweep fp8 only")
+    executor = sweep_executor(cmd)
+    model = parse_overrides(cmd.model, "--model", ModelOverrides)
+    train = parse_overrides(cmd.train, "--train", TrainOverrides)
+    seeds, steps = cmd.seeds, cmd.steps
+    if smoke():
+        seeds = min(seeds or 2, 2)
+        steps = shrink(steps, low) if steps is not None else 3
+        model["context_length"] = min(model.get("context_length", 32), 32)
+        train["batch_size"] = min(train.get("batch_size", 4), 4)
+        train["eval_iters"] = min(train.get("eval_iters", 2), 2)
+        train["warmup_steps"] = min(train.get("warmup_steps", 0), steps)
+        announce_smoke(f"a seconds-long sweep ({seeds} seeds, {steps} updates per run, context ≤ 32, batch ≤ 4)")
+    try:
+        variants = sweep_variants(experiment, cmd.size, steps, model, train)
+    except ValueError as error:  # field names here are the KEYs of --model / --train
+        given = " ".join([*([f"--steps {steps}"] if steps is not None else []),
+                          *(f"--model {m}" for m in cmd.model), *(f"--train {t}" for t in cmd.train)])
+        raise UsageError(f"sweep {experiment} --size {cmd.size}{' ' + given if given else ''}: {error} (set "
+                         "fields with --model KEY=VALUE / --train KEY=VALUE)") from None
+    for model_cfg, train_cfg in variants:
+        try:
+            check_runnable(model_cfg, train_cfg)
+        except ValueError as error:
+            raise UsageError(f"sweep {experiment} --size {cmd.size} cannot run here: {as_flags(str(error))}") from None
+    tokenizer, max_vocab = None, None
+    if cmd.data.tokenizer is None and experiment == "ls":  # LS sizes choose their tokenizer (bytes on CPU)
+        choice = ls_experiment.SIZES[cmd.size]["tokenizer"]
+        tokenizer, max_vocab = choice["tokenizer"], choice["max_vocab"] or 0
+    settings = data_settings(cmd.data, tokenizer=tokenizer, max_vocab=max_vocab)
+    check_home()
+    if cmd.out is not None:
+        if cmd.out.is_dir():
+            raise UsageError(f"--out {cmd.out}: is a folder; give a file name, e.g. {cmd.out / 'results.json'}")
+        if cmd.out.suffix != ".json":
+            raise UsageError(f"--out {cmd.out}: must end in .json (the per-seed table is written beside it)")
+        check_writable_folder(cmd.out.parent, f"--out {cmd.out}")
+    data = load_data(settings)
+    result = run_sweep(cmd, executor, data, seeds, steps, model, train)
+    if result is None:
+        return 1
+    print_sweep(result)
+    if cmd.out is not None:  # the summary, and the per-seed table beside it (.per_seed.json / .per_seed.csv)
+        print("results: " + ", ".join(str(path) for path in save_sweep(result, cmd.out)))
+    return 0
+
+
+def sweep_executor(cmd: SweepCommand) -> Any:
+    """The executor of ``--executor`` / ``--workers`` / ``--address``, checked before any data is read.
+
+    Raises:
+        UsageError: --workers < 1, --workers / --address without --executor ray, or Ray not installed (the
+            message says how to install it).
+    """
+    if cmd.workers is not None and cmd.workers < 1:
+        raise UsageError(f"--workers {cmd.workers}: must be a number of workers >= 1")
+    if cmd.executor == "local" and (cmd.workers is not None or cmd.address is not None):
+        given = "--workers" if cmd.workers is not None else "--address"
+        raise UsageError(f"{given} applies to --executor ray (the local executor trains one run after another)")
+    try:
+        return make_executor(cmd.executor, workers=cmd.workers, address=cmd.address)
+    except MissingExtraError:
+        raise UsageError(f'--executor {cmd.executor} needs Ray, an optional extra: pip install '
+                         '"spanviz[distributed]"') from None
+    except ValueError as error:
+        raise UsageError(f"--address {cmd.address}: {error}") from None
+
+
+def run_sweep(cmd: SweepCommand, executor: Any, data: Any, seeds: int | None, steps: int | None, model: dict,
+              train: dict) -> dict[str, Any] | None:
+    """Run the sweep with one progress bar over its runs; print how many were replayed and trained.
+
+    Returns the sweep's result, or None after printing the runs that failed (each with its configuration).
+    """
+    sweep = sweep_function(cmd.experiment)
+    kwargs: dict[str, Any] = dict(data=data, model=model or None, train=train or None, executor=executor)
+    if steps is not None:
+        kwargs["steps"] = steps
+    if cmd.scenario is not None:
+        kwargs["scenarios"] = (cmd.scenario,)
+    if seeds is not None:
+        kwargs["seeds"] = seeds
+    outcomes = {"replayed": 0, "trained": 0, "failed": 0}
+    try:
+        with tqdm(desc=f"sweep {cmd.experiment}", unit="run") as bar:
+            def progress(done: int, total: int, label: str = "") -> None:
+                outcomes[next((k for k in ("replayed", "failed") if label.endswith(f"({k})")), "trained")] += 1
+                bar.total, bar.n = total, done
+                bar.set_postfix_str(label)
+                bar.refresh()
+
+            result = sweep(size=cmd.size, store=ResultsStore() if cmd.store else None, progress=progress, **kwargs)
+    except RunsFailedError as error:
+        for failure in error.failures:
+            print(f"spanviz sweep: run {failure['variant']} seed {failure['seed']} failed: {failure['error']}\n"
+                  f"  configuration: {json.dumps(failure['config'], separators=(',', ':'))}", file=sys.stderr)
+            if cmd.verbose and failure["traceback"]:
+                print(failure["traceback"], file=sys.stderr)
+        kept = ("they are in the results store: run the same command again and only the failed runs train"
+                if cmd.store else "--no-store kept nothing")
+        print(f"spanviz sweep: {len(error.failures)} of {error.total} runs failed; "
+              f"the other {len(error.records)} finished ({kept})", file=sys.stderr)
+        return None
+    print(f"{sum(outcomes.values())} runs: {outcomes['replayed']} replayed from the results store, "
+          f"{outcomes['trained']} trained ({cmd.executor} executor)")
+    return result
+
+
+def print_sweep(result: Mapping[str, Any]) -> None:
+    print(format_table(result["rows"]))
+    if result.get("verdict"):
+        print(result["verdict"])

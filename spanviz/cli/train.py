@@ -1,0 +1,111 @@
+"""``spanviz train``: lock ``--out``, train with a progress bar, print the outcome, put the run into the store."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import ExitStack
+from dataclasses import replace
+from typing import Any
+
+
+from spanviz.cli.common import announce_smoke, check_home, load_data, smoke
+from spanviz.cli.options import TrainCommand, UsageError, as_flags
+from spanviz.cli.plans import (
+    TrainPlan, build_probes, check_out_is_free, checkpoint_bytes, fresh_plan, resume_plan, smoke_train,
+)
+from spanviz.files import check_writable_folder, folder_lock
+from spanviz.store import ResultsStore
+from spanviz.train import ProgressBar, Trainer, check_runnable
+
+
+def cmd_train(cmd: TrainCommand, given: set[str]) -> int:
+    if smoke():
+        cmd = smoke_train(cmd)
+        announce_smoke(f"a seconds-long run ({cmd.train.steps} updates, context {cmd.model.context_length}, "
+                        f"batch {cmd.train.batch_size})")
+    if cmd.resume and cmd.out is None:
+        raise UsageError("--resume needs --out, the folder of the run to continue")
+    if cmd.resume and not cmd.out.is_dir():
+        raise UsageError(f"--resume --out {cmd.out}: there is no such folder (nothing to continue)")
+    plan = None if cmd.resume else fresh_plan(cmd)
+    if plan is not None:
+        check_runnable(plan.model_cfg, plan.train_cfg)  # device, bf16, FlexAttention, memory
+    if cmd.store or cmd.out is None:
+        check_home()
+    with ExitStack() as stack:
+        if cmd.out is not None:
+            need = 3 * checkpoint_bytes(plan.model_cfg) if plan is not None else 0
+            out = check_writable_folder(cmd.out, f"--out {cmd.out}", need_bytes=need)
+            stack.enter_context(folder_lock(out, f"--out {cmd.out}"))
+            if cmd.resume:
+                plan = resume_plan(cmd, given, out)
+                check_runnable(plan.model_cfg, plan.train_cfg)
+                need = 3 * checkpoint_bytes(plan.model_cfg)
+                check_writable_folder(out, f"--out {cmd.out}", need_bytes=need)
+            else:
+                check_out_is_free(out)
+        if not cmd.store and cmd.out is None:
+            print("note: with neither --out nor the results store, nothing of this run is kept", file=sys.stderr)
+        for note in plan.notes:
+            print(note, file=sys.stderr)
+        data = load_data(plan.data)
+        return train_and_report(cmd, plan, data)
+
+
+def train_and_report(cmd: TrainCommand, plan: TrainPlan, data: Any) -> int:
+    """Build the trainer (fresh or resumed), train with a progress bar, store the record, print where it is."""
+    probes = build_probes(plan.probes)
+    if plan.checkpoint is not None:
+        saved = {k: v for k, v in plan.checkpoint.record.config.get("data", {}).items() if k != "source"}
+        now = {k: v for k, v in data.describe().items() if k != "source"}
+        if saved != now:
+            different = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
+            raise UsageError(f"--resume: these data differ from the run's ({', '.join(different)}); give the "
+                             "same --data-dir / split / tokenizer flags as the run")
+        trainer = Trainer.resume(plan.checkpoint, data, probes=probes, out_dir=cmd.out, steps=plan.train_cfg.steps)
+    else:
+        model_cfg = replace(plan.model_cfg, vocab_size=data.vocab_size)
+        trainer = Trainer(model_cfg, plan.train_cfg, data, probes=probes, out_dir=cmd.out)
+    total = trainer.train_cfg.steps
+    with ProgressBar(trainer, desc="train") as bar:
+        try:
+            record = trainer.run(progress=bar)
+        except KeyboardInterrupt:
+            where = (f"; continue with: spanviz train --resume --out {cmd.out}" if cmd.out is not None
+                     and trainer.last_checkpoint is not None else "")
+            print(f"interrupted after {trainer.step_count} of {total} updates{where}", file=sys.stderr)
+            return 130
+        except OSError as error:
+            kept = (f"; checkpoint.pt holds {trainer.last_checkpoint} updates" if trainer.last_checkpoint is not None
+                    else "")
+            raise UsageError(f"could not write to --out {cmd.out}: {error.strerror or error}{kept}") from None
+    return report(cmd, trainer, record)
+
+
+def report(cmd: TrainCommand, trainer: Any, record: Any) -> int:
+    """Print the outcome (one line), where it is on disk, and put it into the results store."""
+    steps = trainer.train_cfg.steps
+    if record.status == "finished":
+        best = record.best_val_loss
+        print(f"finished: {trainer.step_count} of {steps} updates, best val loss "
+              f"{'n/a' if best is None else f'{best:.4f}'}")
+    elif record.status == "diverged":
+        print(f"diverged after {trainer.step_count} of {steps} updates: "
+              f"{as_flags(record.message.removeprefix('diverged: '))}")
+    else:
+        print(f"{record.status}: {trainer.step_count} of {steps} updates. {record.message}")
+    if cmd.out is not None:
+        on_disk = f"run record: {cmd.out / 'run.json'}"
+        if trainer.last_checkpoint is not None:
+            on_disk += f"; checkpoint ({trainer.last_checkpoint} updates done): {cmd.out / 'checkpoint.pt'}"
+        print(on_disk)
+    if cmd.store and record.status in ("finished", "diverged"):
+        store = ResultsStore()
+        try:
+            key = store.put(record)
+        except OSError as error:
+            print(f"warning: could not put the run into the results store {store.root}: {error.strerror or error}",
+                  file=sys.stderr)
+        else:
+            print(f"results store: {key[:12]} in {store.root}")
+    return 0 if record.status == "finished" else 1

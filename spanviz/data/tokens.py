@@ -1,0 +1,207 @@
+"""Cached token ids: :func:`prepare_tokens` (text → ids, cached on disk) and :func:`load_tokens` (the same with the
+split policy of :mod:`spanviz.settings`)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from spanviz.data.tokenizers import Tokenizer, make_tokenizer, tokenizer_from_dict
+from spanviz.data.wikitext import load_wikitext2
+from spanviz.files import atomic_write
+from spanviz.settings import OFFLINE_SPLITS, ROLES, check_splits, resolve_data_source, spanviz_home
+
+logger = logging.getLogger(__name__)
+
+CACHE_FORMAT = 1
+"""Bump when the cache layout or the tokenization changes, so old cache entries are not reused."""
+
+
+@dataclass(frozen=True)
+class TokenData:
+    """Token ids of the train and eval roles, ready for :func:`get_batch`.
+
+    Attributes:
+        train_ids: ``(n_train,)`` ``torch.long``, the train role's lines encoded (one ``<eos>`` per line).
+        eval_ids: ``(n_eval,)`` ``torch.long``, the eval role's lines, encoded with the train vocabulary.
+        tokenizer: the fitted tokenizer.
+        splits: role → split used, e.g. ``{"train": "validation", "eval": "test"}``; store it in run records.
+        source: ``"Salesforce/wikitext"`` or the local folder.
+        config: the WikiText-2 config.
+        text_sha256: role → sha256 of the role's lines (each line plus ``"\\n"``, UTF-8).
+        cache_key: the sha256 that names the cache entry.
+        from_cache: True if the ids were read from the cache rather than tokenized now.
+    """
+
+    train_ids: Tensor
+    eval_ids: Tensor
+    tokenizer: Tokenizer
+    splits: dict[str, str]
+    source: str
+    config: str
+    text_sha256: dict[str, str]
+    cache_key: str
+    from_cache: bool = False
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.vocab_size
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready summary for the run record (no token ids, no vocabulary)."""
+        return {
+            "dataset": "wikitext-2",
+            "source": self.source,
+            "config": self.config,
+            "splits": dict(self.splits),
+            "tokenizer": self.tokenizer.kind,
+            "max_vocab": self.tokenizer.max_vocab,
+            "vocab_size": self.vocab_size,
+            "n_tokens": {"train": int(self.train_ids.numel()), "eval": int(self.eval_ids.numel())},
+            "text_sha256": dict(self.text_sha256),
+            "cache_key": self.cache_key,
+        }
+
+
+def prepare_tokens(
+    data_dir: str | os.PathLike[str] | None = None,
+    config: str = "wikitext-2-v1",
+    splits: Mapping[str, str] | None = None,
+    *,
+    tokenizer: str = "word",
+    max_vocab: int | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    offline: bool | None = None,
+    refresh: bool = False,
+) -> TokenData:
+    """Load WikiText-2, fit the tokenizer on the train role, encode both roles, and cache the ids.
+
+    This is what ``spanviz prepare-data`` runs. The cache entry is named by a sha256 of the text of each
+    role and the tokenizer settings, so changed text or settings never reuse stale ids; a repeat call
+    loads the text (fast: ``datasets`` keeps its own cache), hashes it and reads the ids back.
+
+    Cache layout, in ``cache_dir`` (default ``$SPANVIZ_HOME/tokens``): ``<key>.pt`` holds
+    ``{"train": ids, "eval": ids}`` (``torch.save``), ``<key>.json`` holds the tokenizer, splits, counts and
+    the sha256 of the ``.pt`` file. Both are written atomically (temporary file + ``os.replace``); an
+    entry whose checksum or contents do not match is logged as a warning and rebuilt.
+
+    Args:
+        data_dir, config, splits, offline: as in :func:`load_wikitext2`; ``splits`` needs both roles.
+        tokenizer: ``"word"`` or ``"byte"``. max_vocab: cap for the word tokenizer (see :class:`WordTokenizer`).
+        cache_dir: where to keep the ids. refresh: tokenize again even on a cache hit.
+
+    Returns:
+        :class:`TokenData`.
+
+    Raises:
+        ValueError: bad arguments (before any loading), or a missing local split.
+        HubUnavailableError: see :func:`load_wikitext2`.
+    """
+    make_tokenizer(tokenizer, max_vocab)  # validate the settings before loading anything
+    checked = check_splits(splits)
+    if set(checked) != set(ROLES):
+        raise ValueError(f"splits={dict(checked)!r} must map both roles 'train' and 'eval' to a split, "
+                         f"e.g. {dict(OFFLINE_SPLITS)!r}")
+    cache = Path(cache_dir).expanduser() if cache_dir is not None else spanviz_home() / "tokens"
+
+    corpus = load_wikitext2(data_dir, config, checked, offline=offline)
+    text_sha256 = {role: _sha256_lines(corpus[role]) for role in ROLES}
+    settings = {"kind": tokenizer, "max_vocab": max_vocab}
+    key_fields = {"format": CACHE_FORMAT, "text_sha256": text_sha256, "tokenizer": settings}
+    key = hashlib.sha256(json.dumps(key_fields, sort_keys=True).encode()).hexdigest()
+    common = dict(splits=dict(corpus.splits), source=corpus.source, config=config,
+                  text_sha256=text_sha256, cache_key=key)
+
+    if not refresh:
+        cached = _read_cache(cache, key)
+        if cached is not None:
+            train_ids, eval_ids, fitted = cached
+            logger.info("token cache hit: %s", cache / f"{key}.pt")
+            return TokenData(train_ids, eval_ids, fitted, from_cache=True, **common)
+
+    fitted = make_tokenizer(tokenizer, max_vocab).fit(corpus["train"])
+    train_ids = fitted.encode(corpus["train"])
+    eval_ids = fitted.encode(corpus["eval"])
+    logger.info("tokenized %s: %d train and %d eval tokens, vocab %d",
+                corpus.source, train_ids.numel(), eval_ids.numel(), fitted.vocab_size)
+    data = TokenData(train_ids, eval_ids, fitted, **common)
+    _write_cache(cache, key, data)
+    return data
+
+
+def _sha256_lines(lines: Iterable[str]) -> str:
+    digest = hashlib.sha256()
+    for line in lines:
+        digest.update(line.encode("utf-8"))
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def _write_cache(cache: Path, key: str, data: TokenData) -> None:
+    buffer = io.BytesIO()
+    torch.save({"train": data.train_ids, "eval": data.eval_ids}, buffer)
+    payload = buffer.getvalue()
+    manifest = {
+        "format": CACHE_FORMAT,
+        "payload_sha256": hashlib.sha256(payload).hexdigest(),
+        **data.describe(),  # includes n_tokens, checked on reading
+        "tokenizer_state": data.tokenizer.to_dict(),
+    }
+    # The ids first, then the manifest: an entry only counts once its manifest exists.
+    try:
+        atomic_write(cache / f"{key}.pt", payload)
+        atomic_write(cache / f"{key}.json", json.dumps(manifest).encode("utf-8"))
+    except OSError as error:  # a cache that cannot be written costs time later, never the data now
+        logger.warning("could not cache token ids in %s (%s); they will be tokenized again next time",
+                       cache, error.strerror or error)
+        return
+    logger.info("cached token ids in %s", cache / f"{key}.pt")
+
+
+def _read_cache(cache: Path, key: str) -> tuple[Tensor, Tensor, Tokenizer] | None:
+    """The cached (train_ids, eval_ids, tokenizer) for ``key``, or None if absent or corrupt (logged)."""
+    manifest_path, payload_path = cache / f"{key}.json", cache / f"{key}.pt"
+    if not manifest_path.exists():
+        return None
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        payload = payload_path.read_bytes()
+        if hashlib.sha256(payload).hexdigest() != manifest["payload_sha256"]:
+            raise ValueError(f"checksum mismatch in {payload_path.name}")
+        ids = torch.load(io.BytesIO(payload), weights_only=True)
+        train_ids, eval_ids = ids["train"], ids["eval"]
+        for role, tensor in (("train", train_ids), ("eval", eval_ids)):
+            if tensor.dtype != torch.long or tensor.ndim != 1 or tensor.numel() != manifest["n_tokens"][role]:
+                raise ValueError(f"{role} ids do not match the manifest")
+        fitted = tokenizer_from_dict(manifest["tokenizer_state"])
+    except Exception as error:  # noqa: BLE001 - whatever makes an entry unreadable (a truncated file, a pickle
+        # weights_only refuses, a wrong type in the manifest), the cure is the same: tokenize again.
+        logger.warning("token cache entry %s is unreadable or corrupt (%s); rebuilding it", payload_path, error)
+        return None
+    return train_ids, eval_ids, fitted
+
+
+def load_tokens(data_dir: str | os.PathLike[str] | None = None, **settings: Any) -> TokenData:
+    """:func:`prepare_tokens` from the folder and splits of the split policy
+    (:func:`spanviz.settings.resolve_data_source` with a local folder's splits defaulting to
+    :data:`~spanviz.settings.OFFLINE_SPLITS`): what the panels, the
+    experiments and the notebooks read.
+
+    Args:
+        data_dir: a local folder; None = ``$SPANVIZ_WIKITEXT_DIR``, the remembered folder, or the hub.
+        settings: further :func:`prepare_tokens` arguments (``max_vocab``, ``tokenizer``, ...).
+    Raises:
+        What :func:`prepare_tokens` raises.
+    """
+    folder, splits = resolve_data_source(data_dir, local_splits=OFFLINE_SPLITS)
+    return prepare_tokens(folder, splits=splits, **settings)

@@ -1,0 +1,356 @@
+"""WikiText-2 text lines per role: from a local folder (text or parquet files) or the Hugging Face hub.
+
+Lines: WikiText files hold one paragraph (or a `` = Title = `` heading, or a blank line) per line. We keep
+every line, blank ones included, exactly as in the source with only the line break removed; hub rows
+(which end in ``"\\n"``) and local text files therefore give the same words.
+
+Offline use: the Hugging Face libraries read ``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE`` once, when they
+are imported, and an unreachable hub otherwise costs ~25 s of retries. So ``datasets`` is imported lazily,
+inside the functions, and before any hub download we probe the hub for at most
+:data:`HUB_PROBE_TIMEOUT_S` seconds; when it cannot be reached (or ``SPANVIZ_OFFLINE=1``) we switch the
+Hugging Face libraries to offline mode, which loads a previously downloaded copy from the Hugging Face
+cache or fails at once with :class:`HubUnavailableError` explaining how to use a local folder.
+
+Source: WikiText-2 is from Merity, Xiong, Bradbury, Socher, "Pointer Sentinel Mixture Models" (2016).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spanviz.settings import (
+    DATA_SOURCE_FILE, ENV_DATA_DIR, ENV_OFFLINE, OFFLINE_SPLITS, SPLITS, check_splits, env_flag,
+    resolve_data_source, spanviz_home,
+)
+
+logger = logging.getLogger(__name__)
+
+HUB_ID = "Salesforce/wikitext"
+"""The Hugging Face hub dataset that holds WikiText-2."""
+
+CONFIGS = ("wikitext-2-v1", "wikitext-2-raw-v1")
+"""Allowed ``config`` values: ``-v1`` is tokenized with rare words replaced by ``<unk>``; ``-raw-v1`` is
+the original text."""
+
+HUB_PROBE_TIMEOUT_S = 3.0
+"""Seconds we wait for the hub to answer before treating it as unreachable."""
+
+
+class HubUnavailableError(ConnectionError):
+    """The Hugging Face hub could not be used and no cached copy was found; the message says what to do.
+
+    Attributes: ``reason`` (why the hub could not be used, one clause).
+    """
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class MissingSplitError(ValueError):
+    """A split is not in a local WikiText-2 folder; the message lists what was looked for and what to do.
+
+    Attributes: ``folder``, ``split``, ``role``, ``available`` (the splits the folder does have).
+    """
+
+    def __init__(self, message: str, folder: Path, split: str, role: str, available: list[str]) -> None:
+        super().__init__(message)
+        self.folder, self.split, self.role, self.available = folder, split, role, available
+
+
+@dataclass(frozen=True)
+class Corpus(Mapping[str, list[str]]):
+    """Text lines per role, plus where they came from. Behaves like ``dict[role, list[str]]``.
+
+    Attributes:
+        lines: role (``"train"`` / ``"eval"``) → the split's lines, blank lines included, line breaks removed.
+        splits: role → the WikiText-2 split it was read from, e.g. ``{"train": "validation", "eval": "test"}``.
+        source: ``"Salesforce/wikitext"`` for the hub, otherwise the absolute local folder.
+        config: ``"wikitext-2-v1"`` or ``"wikitext-2-raw-v1"``.
+        files: role → the local files read (empty for the hub).
+    """
+
+    lines: dict[str, list[str]]
+    splits: dict[str, str]
+    source: str
+    config: str
+    files: dict[str, list[str]] = field(default_factory=dict)
+
+    def __getitem__(self, role: str) -> list[str]:
+        return self.lines[role]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.lines)
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready summary for a run record: source, config, splits, files and line counts."""
+        return {
+            "source": self.source,
+            "config": self.config,
+            "splits": dict(self.splits),
+            "files": {role: list(names) for role, names in self.files.items()},
+            "n_lines": {role: len(lines) for role, lines in self.lines.items()},
+        }
+
+
+def load_wikitext2(
+    data_dir: str | os.PathLike[str] | None = None,
+    config: str = "wikitext-2-v1",
+    splits: Mapping[str, str] | None = None,
+    *,
+    offline: bool | None = None,
+) -> Corpus:
+    """Load the text lines of WikiText-2 for each role in ``splits``.
+
+    Where the text comes from, first match wins:
+
+    1. ``data_dir``, else the environment variable ``SPANVIZ_WIKITEXT_DIR``, else the folder remembered by
+       ``spanviz prepare-data --data-dir`` (:func:`remember_data_source`): a local folder. For each
+       split we look (in this order, in the folder and then in its ``<config>/`` subfolder) for
+       ``<name>.txt``, ``wiki.<name>.tokens`` (config ``wikitext-2-v1``) or ``wiki.<name>.raw``
+       (``wikitext-2-raw-v1``), ``<name>-*.parquet``, ``<name>.parquet``, where ``<name>`` is ``train``,
+       ``valid`` or ``validation``, ``test``. Text files give one line per line (split at ``"\\n"`` only);
+       parquet files give one line per row of their ``text`` column. ``datasets`` keeps an Arrow copy of
+       local files in ``$SPANVIZ_HOME/hf-datasets``.
+    2. Otherwise the hub: ``datasets.load_dataset("Salesforce/wikitext", config)``. If the hub does not
+       answer within :data:`HUB_PROBE_TIMEOUT_S` seconds, or ``offline`` is true, only the local Hugging Face
+       cache is used (offline mode).
+
+    Args:
+        data_dir: local folder, or ``None`` for ``$SPANVIZ_WIKITEXT_DIR`` and then the hub.
+        config: ``"wikitext-2-v1"`` (tokenized, with ``<unk>``) or ``"wikitext-2-raw-v1"``.
+        splits: role → split, roles ``"train"`` and/or ``"eval"``, splits ``"train"``, ``"validation"``
+            (alias ``"valid"``), ``"test"``. Default :data:`DEFAULT_SPLITS`. The shared offline copy has no
+            train split: use :data:`OFFLINE_SPLITS` (``{"train": "validation", "eval": "test"}``).
+        offline: never contact the hub. ``None`` reads ``$SPANVIZ_OFFLINE`` (and ``HF_HUB_OFFLINE``).
+
+    Returns:
+        A :class:`Corpus`: ``corpus["train"]`` is a ``list[str]``; ``corpus.splits`` records the splits used.
+
+    Raises:
+        ValueError: bad ``config``, ``splits`` or ``data_dir``, or a split that is not in the local folder
+            (the message lists the files looked for and what to do instead).
+        HubUnavailableError: the hub cannot be reached and the dataset is not in the Hugging Face cache.
+    """
+    config = _check_config(config)
+    splits = check_splits(splits)
+    offline = _resolve_offline(offline)
+    folder = _resolve_data_dir(data_dir)
+    if "train" in splits and splits["train"] == splits.get("eval"):
+        logger.warning("train and eval both use the %r split: eval losses measure fit, not generalisation",
+                       splits["train"])
+    if folder is not None:
+        return _load_from_folder(folder, config, splits)
+    return _load_from_hub(config, splits, offline)
+
+
+def _check_config(config: str) -> str:
+    if config not in CONFIGS:
+        raise ValueError(f"config={config!r} is not a WikiText-2 config; allowed: {', '.join(CONFIGS)}")
+    return config
+
+
+
+def _resolve_offline(offline: bool | None) -> bool:
+    if offline is not None:
+        if not isinstance(offline, bool):
+            raise ValueError(f"offline={offline!r} must be True, False or None (read ${ENV_OFFLINE})")
+        return offline
+    for name in (ENV_OFFLINE, "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if env_flag(name):
+            return True
+    return False
+
+
+def _resolve_data_dir(data_dir: str | os.PathLike[str] | None) -> Path | None:
+    """The local folder to read (see :func:`resolve_data_source`), checked to be a folder; None means the hub."""
+    folder, _ = resolve_data_source(data_dir)
+    if folder is None:
+        return None
+    origin = "data_dir" if data_dir is not None else (
+        f"${ENV_DATA_DIR}" if os.environ.get(ENV_DATA_DIR) else f"the folder remembered in {DATA_SOURCE_FILE}")
+    path = Path(folder).expanduser().resolve()
+    if not path.is_dir():
+        raise ValueError(f"{origin}={folder!r} is not a folder; it must hold WikiText-2 split files "
+                         f"(e.g. valid.txt, test.txt)")
+    return path
+
+
+# ---- local folders --------------------------------------------------------------------------------
+
+
+def _split_file_patterns(split: str, config: str) -> list[str]:
+    """Glob patterns that may hold ``split``, in order of preference."""
+    names = ["valid", "validation"] if split == "validation" else [split]
+    suffix = "raw" if config == "wikitext-2-raw-v1" else "tokens"
+    patterns = [f"{name}.txt" for name in names]
+    patterns += [f"wiki.{name}.{suffix}" for name in names]
+    patterns += [f"{name}-*.parquet" for name in names] + [f"{name}.parquet" for name in names]
+    return patterns
+
+
+def _find_split_files(folder: Path, split: str, config: str) -> list[Path]:
+    """The files holding ``split`` in ``folder`` (or its ``config`` subfolder); empty if none."""
+    for directory in (folder, folder / config):
+        for pattern in _split_file_patterns(split, config):
+            found = sorted(path for path in directory.glob(pattern) if path.is_file())
+            if found:
+                return found
+    return []
+
+
+def _missing_split_error(folder: Path, split: str, role: str, config: str) -> MissingSplitError:
+    looked_for = ", ".join(_split_file_patterns(split, config))
+    available = [s for s in SPLITS if _find_split_files(folder, s, config)]
+    present = sorted(p.name for p in folder.iterdir())[:20]
+    message = (
+        f"split {split!r} (role {role!r}) was not found in {folder}: looked for {looked_for} "
+        f"(also in its {config}/ subfolder). Splits found there: {', '.join(available) or 'none'}; "
+        f"files there: {', '.join(present) or 'none'}."
+    )
+    if split == "train" and "validation" in available:
+        other = "test" if "test" in available else "validation"
+        message += (
+            " This copy of WikiText-2 has no train split: train on the validation "
+            f"split instead, splits={{'train': 'validation', 'eval': '{other}'}} "
+            f"(command line: --train-split validation --eval-split {other}), or point data_dir / "
+            f"${ENV_DATA_DIR} at a complete copy, or unset it to download from the hub ({HUB_ID})."
+        )
+    elif config == "wikitext-2-v1" and any(folder.glob("wiki.*.raw")):
+        message += " The folder has wiki.*.raw files: did you mean config='wikitext-2-raw-v1'?"
+    return MissingSplitError(message, folder, split, role, available)
+
+
+def _load_from_folder(folder: Path, config: str, splits: dict[str, str]) -> Corpus:
+    # Find every file before loading anything, so a missing split fails at once.
+    files = {}
+    for role, split in splits.items():
+        found = _find_split_files(folder, split, config)
+        if not found:
+            raise _missing_split_error(folder, split, role, config)
+        files[role] = found
+
+    datasets = _import_datasets(offline=False)
+    cache_dir = str(spanviz_home() / "hf-datasets")  # datasets' Arrow copies of local files live here
+    lines = {}
+    for role, paths in files.items():
+        split = splits[role]
+        builder = "parquet" if paths[0].suffix == ".parquet" else "text"
+        logger.info("reading %s split %r from %s", role, split, ", ".join(map(str, paths)))
+        dataset = datasets.load_dataset(
+            builder, data_files={split: [str(p) for p in paths]}, split=split, cache_dir=cache_dir
+        )
+        if "text" not in dataset.column_names:
+            raise ValueError(f"{paths[0]} has no 'text' column (columns: {dataset.column_names})")
+        lines[role] = _strip_line_breaks(dataset["text"])
+    return Corpus(
+        lines=lines,
+        splits=dict(splits),
+        source=str(folder),
+        config=config,
+        files={role: [str(p.relative_to(folder)) for p in paths] for role, paths in files.items()},
+    )
+
+
+def _strip_line_breaks(texts: Iterable[str | None]) -> list[str]:
+    """One line per row, without its trailing line break (hub rows end in ``"\\n"``)."""
+    return [(text or "").removesuffix("\n").removesuffix("\r") for text in texts]
+
+
+# ---- the hub --------------------------------------------------------------------------------------
+
+
+def _hub_endpoint() -> str:
+    return os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+
+
+def _probe_hub(timeout: float = HUB_PROBE_TIMEOUT_S) -> str | None:
+    """Ask the hub for any answer within ``timeout`` seconds. Returns None if it answered, else why not."""
+    request = urllib.request.Request(_hub_endpoint(), method="HEAD")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout):
+            return None
+    except urllib.error.HTTPError:
+        return None  # the server answered (with an error status): it is reachable
+    except OSError as error:  # DNS failure, refused connection, timeout, TLS failure (URLError is an OSError)
+        return f"{_hub_endpoint()}: {getattr(error, 'reason', error)}"
+
+
+def _hub_help(reason: str) -> HubUnavailableError:
+    return HubUnavailableError(
+        f"Could not load WikiText-2 from the Hugging Face hub ({HUB_ID}): {reason}. "
+        f"Use a local copy instead: pass data_dir=<folder> (command line: --data-dir <folder>) or set "
+        f"{ENV_DATA_DIR}=<folder>, where the folder holds valid.txt/test.txt (and train.txt), "
+        f"wiki.*.tokens, or the hub's *.parquet files; for a copy without the train split, train on "
+        f"validation: splits={dict(OFFLINE_SPLITS)!r} (command line: --train-split validation --eval-split "
+        f"test). Or, on a machine with internet, run `spanviz prepare-data` once; later runs with "
+        f"{ENV_OFFLINE}=1 use the downloaded copy.",
+        reason,
+    )
+
+
+def _import_datasets(offline: bool):
+    """Import Hugging Face ``datasets``; with ``offline``, first switch the HF libraries to offline mode.
+
+    The libraries read the offline switch once, on import; if they were imported already, check
+    :func:`_datasets_is_offline` afterwards.
+    """
+    if offline and "datasets" not in sys.modules and "huggingface_hub" not in sys.modules:
+        logger.info("switching the Hugging Face libraries to offline mode (HF_HUB_OFFLINE=1)")
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        os.environ["HF_DATASETS_OFFLINE"] = "1"
+    import datasets
+
+    return datasets
+
+
+def _datasets_is_offline(datasets) -> bool:
+    """Whether ``datasets`` (and ``huggingface_hub``) run in offline mode, i.e. fail fast without network."""
+    import huggingface_hub.constants
+
+    datasets_offline = getattr(datasets.config, "HF_HUB_OFFLINE", None)
+    if datasets_offline is None:  # datasets < 2.19 called it HF_DATASETS_OFFLINE
+        datasets_offline = getattr(datasets.config, "HF_DATASETS_OFFLINE", False)
+    return bool(datasets_offline) and bool(huggingface_hub.constants.HF_HUB_OFFLINE)
+
+
+def _load_from_hub(config: str, splits: dict[str, str], offline: bool) -> Corpus:
+    unreachable = None
+    if not offline:
+        unreachable = _probe_hub()
+        if unreachable is not None:
+            logger.warning("the Hugging Face hub is unreachable (%s); trying the Hugging Face cache offline",
+                           unreachable)
+            offline = True
+    datasets = _import_datasets(offline)
+    if offline and not _datasets_is_offline(datasets):
+        # Calling load_dataset now would spend ~25 s retrying the network: fail at once instead.
+        why = f"the hub is unreachable ({unreachable})" if unreachable else "offline mode was requested"
+        raise _hub_help(
+            f"{why}, and the Hugging Face cache cannot be tried because `datasets` was imported before "
+            f"offline mode could be switched on (set {ENV_OFFLINE}=1 or HF_HUB_OFFLINE=1 before starting "
+            "Python to use a copy downloaded earlier)"
+        )
+    try:
+        dataset = datasets.load_dataset(HUB_ID, config)
+    except OSError as error:  # ConnectionError (incl. offline mode), FileNotFoundError (not cached)
+        if unreachable:
+            why = f"the hub is unreachable ({unreachable}) and WikiText-2 is not in the Hugging Face cache"
+        elif offline:
+            why = "offline mode is on and WikiText-2 is not in the Hugging Face cache"
+        else:
+            why = "the download failed"
+        raise _hub_help(f"{why} ({type(error).__name__}: {error})") from error
+    lines = {role: _strip_line_breaks(dataset[split]["text"]) for role, split in splits.items()}
+    return Corpus(lines=lines, splits=dict(splits), source=HUB_ID, config=config)

@@ -1,0 +1,376 @@
+"""Statistics of a sweep: per-seed tables, paired tests over seeds, Holm's correction, verdicts.
+
+Runs with the same seed share initial weights, batch order and evaluation batches, so each comparison is a
+**paired** t-test on the per-seed differences (95 % confidence interval, t, df, p), with Welch's unpaired test
+beside it as a check; the p-values of all comparisons of one sweep are **Holm**-corrected together, and a
+verdict reads "significant at 5 % after Holm: ..." or "within noise". To recompute a sweep's verdicts, read its
+per-seed file (:func:`spanviz.experiments.results.read_per_seed`) and call :func:`compare_groups` with the
+``comparisons`` listed in its summary.
+
+Source: SciPy's paired and Welch t-tests; S. Holm (1979).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from scipy import stats
+
+from spanviz.train import RunRecord
+
+METRICS = ("best_val_loss", "final_val_loss", "final_train_loss")
+"""Named metrics of :func:`metric_value`; any history key also works (its last measured value)."""
+ALPHA = 0.05
+"""Family-wise significance level of the verdicts (Holm-corrected across the comparisons of one sweep)."""
+CONFIDENCE = 0.95
+"""Level of the confidence intervals of paired differences."""
+
+
+def metric_value(record: RunRecord, metric: str | Callable[[RunRecord], float | None]) -> float | None:
+    """One number of a run: a named metric (:data:`METRICS`), the last measured value of a history key, or
+    ``metric(record)`` for a callable. None when the run never measured it.
+
+    Raises:
+        ValueError: an unknown metric name (neither in :data:`METRICS` nor a history key of the record).
+    """
+    if callable(metric):
+        return metric(record)
+    if metric == "best_val_loss":
+        return record.best_val_loss
+    key = {"final_val_loss": "val_loss", "final_train_loss": "train_loss"}.get(metric, metric)
+    if key not in record.history:
+        raise ValueError(f"metric {metric!r} is not one of {METRICS} nor a history key of the record "
+                         f"(keys: {sorted(record.history)[:12]})")
+    measured = [v for v in record.history[key] if v is not None]
+    return measured[-1] if measured else None
+
+
+# ========================================================================================== statistics
+def paired_comparison(
+    baseline: Mapping[int, float | None],
+    variant: Mapping[int, float | None],
+    *,
+    confidence: float = CONFIDENCE,
+) -> dict[str, Any]:
+    """Paired t-test (primary) and Welch's t-test (check) of ``variant − baseline`` over seeds.
+
+    Runs with the same seed share initial weights, batch order and evaluation batches, so the primary test
+    pairs them: d_s = variant[s] − baseline[s] over the seeds both have, t = mean(d)/(sd(d)/√n), df = n − 1
+    (``scipy.stats.ttest_rel``), two-sided, with the t-based confidence interval of mean(d). Welch's unpaired
+    test (``scipy.stats.ttest_ind(equal_var=False)``) over every finite value of each arm is reported beside
+    it as a check. No multiple-comparison correction here: see :func:`holm` / :func:`compare_groups`.
+
+    Args:
+        baseline, variant: seed → value (e.g. best validation loss); None and non-finite values are ignored.
+        confidence: of the interval, in (0, 1).
+    Returns:
+        dict with ``n_pairs``, ``seeds`` (paired, sorted), ``baseline_mean`` (over the paired seeds),
+        ``diff`` (mean paired difference), ``diff_std`` (its sample sd), ``ci_low`` / ``ci_high``,
+        ``rel_change_pct`` / ``rel_ci_low_pct`` / ``rel_ci_high_pct`` (the same, in % of ``|baseline_mean|``),
+        ``t``, ``df``, ``p`` (paired), ``welch_t``, ``welch_df``, ``welch_p``. Statistics that need two pairs
+        (two values per arm for Welch) are None with fewer. When every paired difference is the same, sd = 0:
+        ``t`` is None and ``p`` is None if that difference is 0 (the arms are identical in every seed:
+        nothing to test), else 0.0 (the limit of t → ±∞).
+    Raises:
+        ValueError: confidence outside (0, 1), or a mapping key that is not an integer seed.
+    Source: Student's paired t-test and Welch's t-test as implemented by SciPy.
+    """
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 < confidence < 1:
+        raise ValueError(f"confidence must be a number in (0, 1), got {confidence!r}")
+    base, var = _finite_by_seed("baseline", baseline), _finite_by_seed("variant", variant)
+    seeds = sorted(set(base) & set(var))
+    n = len(seeds)
+    out: dict[str, Any] = dict.fromkeys(_COMPARISON_KEYS)
+    out.update(n_pairs=n, seeds=seeds)
+    if n:
+        diffs = [var[s] - base[s] for s in seeds]
+        out["baseline_mean"] = statistics.fmean(base[s] for s in seeds)
+        out["diff"] = statistics.fmean(diffs)
+    if n >= 2:
+        out["diff_std"] = statistics.stdev(diffs)
+        out["df"] = n - 1
+        if out["diff_std"] == 0:  # the same difference in every seed: no spread, the t statistic is undefined
+            out["ci_low"] = out["ci_high"] = out["diff"]
+            out["p"] = None if out["diff"] == 0 else 0.0  # identical arms: nothing to test (left out of Holm)
+        else:
+            with warnings.catch_warnings():  # near-identical arms: SciPy warns about cancellation; harmless here
+                warnings.simplefilter("ignore", RuntimeWarning)
+                paired = stats.ttest_rel([var[s] for s in seeds], [base[s] for s in seeds])
+            ci = paired.confidence_interval(confidence)
+            out.update(t=float(paired.statistic), p=float(paired.pvalue), ci_low=float(ci.low),
+                       ci_high=float(ci.high))  # fmt: skip
+    if len(base) >= 2 and len(var) >= 2:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            welch = stats.ttest_ind(list(var.values()), list(base.values()), equal_var=False)
+        out.update(welch_t=_finite(welch.statistic), welch_df=_finite(welch.df), welch_p=_finite(welch.pvalue))
+    ref = out["baseline_mean"]
+    if ref:  # not None, not 0
+        for key, rel in (("diff", "rel_change_pct"), ("ci_low", "rel_ci_low_pct"), ("ci_high", "rel_ci_high_pct")):
+            if out[key] is not None:
+                out[rel] = 100.0 * out[key] / abs(ref)
+    return out
+
+
+_COMPARISON_KEYS = ("n_pairs", "seeds", "baseline_mean", "diff", "diff_std", "ci_low", "ci_high", "rel_change_pct",
+                    "rel_ci_low_pct", "rel_ci_high_pct", "t", "df", "p", "welch_t", "welch_df", "welch_p")  # fmt: skip
+
+
+def _finite(x: Any) -> float | None:
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _finite_by_seed(name: str, values: Mapping[Any, Any]) -> dict[int, float]:
+    if not isinstance(values, Mapping):
+        raise ValueError(f"{name} must be a mapping seed → value, got {type(values).__name__}")
+    out = {}
+    for seed, value in values.items():
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"{name} keys must be integer seeds, got {seed!r}")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            out[seed] = float(value)
+    return out
+
+
+def holm(pvalues: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjusted p-values (family-wise error control), in the order given.
+
+    With the m non-None p-values sorted ascending p₍₁₎ ≤ … ≤ p₍ₘ₎: p̃₍ᵢ₎ = max_{j ≤ i} min(1, (m − j + 1)·p₍ⱼ₎).
+    Rejecting every hypothesis with p̃ < α keeps the chance of any false rejection ≤ α, for any dependence
+    between the tests. None stays None and does not count in m.
+
+    Raises: ValueError for a p-value outside [0, 1].
+    Source: S. Holm, "A simple sequentially rejective multiple test procedure", Scand. J. Statist. 6 (1979).
+    """
+    present = [(p, i) for i, p in enumerate(pvalues) if p is not None]
+    for p, _ in present:
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
+            raise ValueError(f"p-values must be numbers in [0, 1] or None, got {p!r}")
+    m = len(present)
+    adjusted: list[float | None] = [None] * len(pvalues)
+    running = 0.0
+    for rank, (p, i) in enumerate(sorted(present)):
+        running = max(running, min(1.0, (m - rank) * p))
+        adjusted[i] = running
+    return adjusted
+
+
+def per_seed_table(
+    records: Sequence[RunRecord],
+    metrics: Mapping[str, str | Callable[[RunRecord], float | None]] | Sequence[str] = ("best_val_loss",),
+    *,
+    info: Callable[[RunRecord], Mapping[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """One row per run: ``variant``, ``seed``, ``status``, each metric, and ``info(record)`` columns.
+
+    A metric is None for a run that did not finish (a diverged run's numbers are not comparable) or never
+    measured it. This table is what the statistics use: :func:`compare_groups` recomputes every verdict from
+    it, so a sweep's ``per_seed`` file (see :func:`~spanviz.experiments.results.save_sweep`) lets anyone check them.
+
+    Args:
+        records: run records with ``config["variant"]`` and ``config["seed"]`` (as from :func:`run_grid`).
+        metrics: names (see :func:`metric_value`) or name → metric (a name or a callable).
+        info: optional extra JSON-able columns per run (e.g. n_head, d_head).
+    Raises:
+        ValueError: a record without ``config["variant"]`` or an unknown metric name.
+    """
+    if not isinstance(metrics, Mapping):
+        metrics = {name: name for name in metrics}
+    table = []
+    for i, record in enumerate(records):
+        variant = record.config.get("variant") if isinstance(record, RunRecord) else None
+        if not isinstance(variant, str):
+            raise ValueError(f"records[{i}] has no config['variant'] (records from run_grid have one)")
+        row: dict[str, Any] = {"variant": variant, "seed": record.config.get("seed"), "status": record.status}
+        if info is not None:
+            row.update(info(record))
+        for name, metric in metrics.items():
+            value = metric_value(record, metric) if record.status == "finished" else None
+            row[name] = float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+        table.append(row)
+    return table
+
+
+def compare_groups(
+    table: Sequence[Mapping[str, Any]],
+    comparisons: Sequence[Mapping[str, Any]],
+    *,
+    alpha: float = ALPHA,
+    confidence: float = CONFIDENCE,
+) -> list[dict[str, Any]]:
+    """Summary rows with paired tests, Holm-corrected across every comparison given (one family).
+
+    The entry point for recomputing a sweep's verdicts from its per-seed table: pass the rows of a
+    ``per_seed`` JSON/CSV file (:func:`~spanviz.experiments.results.read_per_seed`) and the ``comparisons`` of
+    its summary.
+
+    Args:
+        table: per-seed rows, each with the grouping column (``by``), ``seed``, the metric and optionally
+            ``status`` (as from :func:`per_seed_table`).
+        comparisons: dicts with ``baseline`` (a name, or None for description only), ``metric`` (a column),
+            optional ``variants`` (names, in row order; default: every name in the filtered table, in order of
+            first appearance), ``by`` (the grouping column, default "variant"), ``where`` (column → value
+            filter, e.g. ``{"variant": "lr_spike/margin=0"}``), ``lower_is_better`` (default True); any other
+            keys (e.g. ``group``, ``n_head``) are copied into that comparison's rows.
+        alpha: family-wise significance level (Holm). confidence: of the intervals.
+    Returns:
+        One row per (comparison, name), in order: the extra keys, ``<by>`` (the name), ``metric``, ``n`` (finite
+        values), ``n_diverged``, ``n_runs``, ``mean``, ``std`` (ddof 1; None for n < 2), ``min``, ``max``, the
+        :func:`paired_comparison` columns against the baseline (None for the baseline row), ``p_holm`` and
+        ``verdict``: "baseline"; "significant at 5 % after Holm: lower (better) than <baseline>" (or higher /
+        worse; 5 = 100·alpha) when the Holm-adjusted paired p < alpha; "within noise" otherwise; "no
+        difference in any seed" when the arms are equal seed by seed (no test; not in the family); "cannot
+        tell: one seed" / "no paired seeds" with fewer than two pairs; "; k of N runs diverged" appended when
+        some did. The same (where, by, baseline, name, metric) listed twice counts once in the family.
+    Raises:
+        ValueError: bad table or comparisons (unknown column, baseline not among the names, ...), or alpha /
+            confidence outside (0, 1).
+    """
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+        raise ValueError(f"alpha must be a number in (0, 1), got {alpha!r}")
+    table = [dict(row) for row in table]
+    if not table:
+        raise ValueError("table must hold at least one per-seed row, got none")
+    rows: list[dict[str, Any]] = []
+    tested: dict[tuple[str, ...], dict[str, Any]] = {}  # one family member per distinct comparison
+    for c, spec in enumerate(comparisons):
+        spec = dict(spec)
+        by, metric, baseline = spec.pop("by", "variant"), spec.pop("metric", None), spec.pop("baseline", None)
+        where, lower_is_better = spec.pop("where", None) or {}, spec.pop("lower_is_better", True)
+        names = spec.pop("variants", None)
+        subset = [row for row in table if all(row.get(k) == v for k, v in where.items())]
+        if not isinstance(metric, str) or not any(metric in row for row in subset):
+            raise ValueError(f"comparisons[{c}]: metric {metric!r} is not a column of the (filtered) table")
+        if any(by not in row or "seed" not in row for row in subset):
+            raise ValueError(f"comparisons[{c}]: every row needs the columns {by!r} and 'seed'")
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for row in subset:
+            groups.setdefault(row[by], []).append(row)
+        names = list(groups) if names is None else list(names)
+        missing = [n for n in names if n not in groups]
+        if missing or (baseline is not None and baseline not in groups):
+            raise ValueError(f"comparisons[{c}]: {missing or [baseline]} not among the {by} values {list(groups)}")
+        if baseline is not None and baseline not in names:
+            names.insert(0, baseline)
+        base_values = {r["seed"]: r.get(metric) for r in groups.get(baseline, [])}
+        for name in names:
+            row = {**spec, **_describe(name, groups[name], by, metric)}
+            if baseline is None:
+                row["verdict"] = ""
+            elif name == baseline:
+                row.update(dict.fromkeys(_COMPARISON_KEYS), p_holm=None, verdict="baseline")
+            else:
+                row.update(paired_comparison(base_values, {r["seed"]: r.get(metric) for r in groups[name]},
+                                             confidence=confidence))  # fmt: skip
+                key = (repr(sorted(where.items())), by, baseline, name, metric)
+                row.update(_baseline=baseline, _lower=lower_is_better, _key=key)
+                tested.setdefault(key, row)
+            rows.append(row)
+    keys = list(tested)
+    adjusted = dict(zip(keys, holm([tested[k]["p"] for k in keys])))
+    for row in rows:
+        if "_key" in row:
+            row["p_holm"] = adjusted[row.pop("_key")]
+            row["verdict"] = _verdict(row, row.pop("_baseline"), row.pop("_lower"), alpha)
+        if row["n_diverged"]:
+            row["verdict"] = f"{row['verdict']}; {row['n_diverged']} of {row['n_runs']} runs diverged".lstrip("; ")
+    return rows
+
+
+def _describe(name: str, runs: list[Mapping[str, Any]], by: str, metric: str) -> dict[str, Any]:
+    values = [float(v) for v in (r.get(metric) for r in runs)
+              if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]  # fmt: skip
+    n = len(values)
+    return {
+        by: name,
+        "metric": metric,
+        "n": n,
+        "n_diverged": sum(r.get("status") == "diverged" for r in runs),
+        "n_runs": len(runs),
+        "mean": statistics.fmean(values) if n else None,
+        "std": statistics.stdev(values) if n >= 2 else None,
+        "min": min(values) if n else None,
+        "max": max(values) if n else None,
+    }
+
+
+def _verdict(row: Mapping[str, Any], baseline: str, lower_is_better: bool, alpha: float) -> str:
+    if row["n_pairs"] == 0:
+        return "no paired seeds"
+    if row["n_pairs"] < 2:
+        return "cannot tell: one seed"
+    if row["p"] is None and row["diff"] == 0:
+        return "no difference in any seed"
+    if row["p_holm"] is None or row["p_holm"] >= alpha:
+        return "within noise"
+    lower = row["diff"] < 0
+    quality = "better" if lower == lower_is_better else "worse"
+    return f"significant at {100 * alpha:g} % after Holm: {'lower' if lower else 'higher'} ({quality}) than {baseline}"
+
+
+def describe_comparison(row: Mapping[str, Any]) -> str:
+    """One line from a :func:`compare_groups` row, with the numbers it has, e.g. "−0.44 % (95 % CI −1.90 …
+    +1.02 %; paired t(4) = −0.62, p = 0.57, Holm p = 1; Welch p = 0.6): within noise"."""
+    parts = []
+    if row.get("rel_ci_low_pct") is not None:
+        parts.append(f"95 % CI {row['rel_ci_low_pct']:+.2f} … {row['rel_ci_high_pct']:+.2f} %")
+    if row.get("p") is not None:
+        t = f"{row['t']:.2f}" if row.get("t") is not None else "undefined (same difference in every seed)"
+        parts.append(f"paired t({row['df']}) = {t}, p = {row['p']:.2g}, Holm p = {row['p_holm']:.2g}")
+    if row.get("welch_p") is not None:
+        parts.append(f"Welch p = {row['welch_p']:.2g}")
+    change = f"{row['rel_change_pct']:+.2f} %" if row.get("rel_change_pct") is not None else "n/a"
+    return f"{change} ({'; '.join(parts)}): {row['verdict']}" if parts else f"{change}: {row['verdict']}"
+
+
+def summarize(
+    records: Sequence[RunRecord] | Sequence[Mapping[str, Any]],
+    metric: str | Callable[[RunRecord], float | None] = "best_val_loss",
+    baseline: str | None = "standard",
+    *,
+    lower_is_better: bool = True,
+    alpha: float = ALPHA,
+) -> list[dict[str, Any]]:
+    """One row per variant against ``baseline``: paired t-test, Welch check, Holm across these comparisons.
+
+    A shortcut for :func:`compare_groups` with one comparison (every variant against the baseline) on
+    :func:`per_seed_table` of the records. Several summaries of one sweep must share one Holm family: build
+    their per-seed table once and call :func:`compare_groups` with all comparisons instead.
+
+    Args:
+        records: run records (``config["variant"]`` and ``["seed"]``, as from :func:`run_grid`), or per-seed
+            rows (dicts with ``variant``, ``seed``, the metric column).
+        metric: see :func:`metric_value` (with per-seed rows: a column name). baseline: a variant, or None for
+            description only. lower_is_better: True for losses. alpha: the family-wise level.
+    Returns:
+        :func:`compare_groups` rows (``metric`` is the metric's name; a callable's ``__name__``).
+    Raises:
+        ValueError: no records, a record without ``config["variant"]``, an unknown metric, or a baseline that
+            is not among the variants.
+    """
+    records = list(records)
+    if not records:
+        raise ValueError("records must hold at least one RunRecord, got none")
+    name = metric if isinstance(metric, str) else getattr(metric, "__name__", "custom")
+    if all(isinstance(r, Mapping) for r in records):
+        table = records
+    else:
+        if isinstance(metric, str) and metric not in METRICS and not any(
+            isinstance(r, RunRecord) and metric in r.history for r in records
+        ):
+            raise ValueError(f"metric {metric!r} is not one of {METRICS} nor a history key of any record")
+        table = per_seed_table(records, {name: metric})
+    variants = list(dict.fromkeys(row.get("variant") for row in table))
+    if baseline is not None and baseline not in variants:
+        raise ValueError(f"baseline={baseline!r} is not among the variants {variants}; pass one of them or None")
+    spec = {"baseline": baseline, "metric": name, "lower_is_better": lower_is_better, "variants": variants}
+    return compare_groups(table, [spec], alpha=alpha)
+
+
+__all__ = ["ALPHA", "CONFIDENCE", "METRICS", "compare_groups", "describe_comparison", "holm", "metric_value",
+           "paired_comparison", "per_seed_table", "summarize"]

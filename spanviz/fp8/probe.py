@@ -1,0 +1,192 @@
+"""The training probe: per layer and step, observed max|S|, σ, the three bounds, each strategy's scale and overflows.
+
+:class:`FP8Probe` plugs into :class:`spanviz.train.Trainer` as a probe (``name``, ``every``, ``probe(trainer)``);
+its ``__qualname__`` and ``describe()`` enter the results-store key, so both stay as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from spanviz.fp8.casting import count_overflow, utilisation
+from spanviz.fp8.core import FORMATS, _check_delta, geometry_scale, logit_bounds
+from spanviz.fp8.folding import _check_bilinear, layer_sigma
+from spanviz.fp8.scaling import STRATEGIES, CalibratedAlpha, DelayedScaling, strategy_alpha
+from spanviz.modes import eval_mode
+from spanviz.validators import check_choice, check_float, check_int
+
+
+class FP8Probe:
+    """Training probe: per layer and step, observed max|S|, σ, the three bounds, scales and overflow counts.
+
+    Implements the trainer's probe protocol: attributes ``name`` and ``every``, and
+    ``probe(trainer) -> dict`` reading ``trainer.model`` (a :class:`spanviz.model.TinyGPT`) and
+    ``trainer.probe_batch`` (x, y), x (B, T) token ids. The forward pass runs in eval mode (no dropout)
+    without gradients; the model's mode is restored afterwards.
+
+    Per layer ℓ it computes σ^(ℓ) exactly from the folded weights (:func:`fold_qk`, ρ² = d_in),
+    K = B · (allowed pairs summed over heads), N = B · n_head · T, the bounds of :func:`logit_bounds`, and
+    for each strategy the scale it would have used at this step — chosen *before* looking at this step's
+    logits — and the number of allowed logits that overflow a non-saturating cast with that scale
+    (:func:`count_overflow` with ``count="cast"``: |S·s| > 464 for E4M3; values in (448, 464] round to 448).
+
+    Strategies: "delayed" (:class:`DelayedScaling`, history in probe calls: with ``every`` > 1 it sees
+    only every ``every``-th step), "theory" (α*(δ)), "agnostic", "deterministic" (α = 1), "calibrated"
+    (:class:`CalibratedAlpha`).
+
+    Keys (all prefixed ``fp8/``; ℓ = layer index): ``L{ℓ}/max_abs_logit``, ``L{ℓ}/sigma``, ``L{ℓ}/gamma``,
+    ``L{ℓ}/bound_worst_case``, ``L{ℓ}/bound_agnostic``, ``L{ℓ}/bound_rank_aware``,
+    ``L{ℓ}/scale/{strategy}``, ``L{ℓ}/overflow/{strategy}``, ``L{ℓ}/utilisation/{strategy}``, and
+    ``overflow/{strategy}`` (sum over layers). Values are Python floats / ints.
+
+    Args:
+        every: probe period in steps, >= 1. delta: δ in (0, 1). margin: >= 0 (all strategies).
+        strategies: subset of ("delayed", "theory", "agnostic", "deterministic", "calibrated").
+        fmt: "e4m3" or "e5m2". power_of_two: round geometry-aware scales down to powers of two.
+        history_len, algo: for "delayed". kappa, burn_in, decay: for "calibrated".
+    Optional protocol parts: ``describe()`` (settings), ``state_dict()`` / ``load_state_dict()`` (the
+    delayed-scaling histories and calibration survive a checkpoint resume).
+
+    Raises:
+        ValueError on bad arguments; at call time when the model uses qk_norm or the batch is not (B, T).
+    Source: experiment design of arXiv 2602.18851 as adapted by spanviz.
+    """
+
+    name = "fp8"
+
+    def __init__(
+        self,
+        every: int = 1,
+        delta: float = 1e-3,
+        margin: float = 0,
+        strategies: Sequence[str] = ("delayed", "theory", "deterministic", "calibrated"),
+        *,
+        fmt: str = "e4m3",
+        power_of_two: bool = False,
+        history_len: int = 1024,
+        algo: str = "max",
+        kappa: float = 2.0,
+        burn_in: int = 20,
+        decay: float = 0.99,
+    ) -> None:
+        self.every = check_int("every", every, 1)
+        self.delta = _check_delta(delta)
+        self.margin = check_float("margin", margin, 0.0)
+        strategies = tuple(strategies) if isinstance(strategies, (list, tuple)) else (strategies,)
+        bad = [s for s in strategies if not isinstance(s, str) or s not in STRATEGIES]
+        if bad or not strategies:
+            raise ValueError(f"strategies must be a non-empty subset of {STRATEGIES}, got {strategies!r}")
+        self.strategies = strategies
+        self.fmt = check_choice("fmt", fmt, FORMATS)
+        self.power_of_two = bool(power_of_two)
+        # Validate the stateful strategies' settings now; instances are made per layer on first use.
+        DelayedScaling(history_len, self.margin, algo, self.fmt)
+        CalibratedAlpha(kappa, burn_in, decay)
+        self._delayed_args = (history_len, self.margin, algo, self.fmt)
+        self._calibrated_args = (kappa, burn_in, decay)
+        self.delayed: list[DelayedScaling] = []
+        self.calibrated: list[CalibratedAlpha] = []
+
+    def reset(self) -> None:
+        """Forget the delayed-scaling histories and calibration state."""
+        self.delayed, self.calibrated = [], []
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able settings (recorded in the run config by :mod:`spanviz.train`)."""
+        history_len, _, algo, _ = self._delayed_args
+        kappa, burn_in, decay = self._calibrated_args
+        return {
+            "delta": self.delta, "margin": self.margin, "strategies": list(self.strategies), "fmt": self.fmt,
+            "power_of_two": self.power_of_two, "history_len": history_len, "algo": algo, "kappa": kappa,
+            "burn_in": burn_in, "decay": decay, "overflow_count": "cast",
+        }  # fmt: skip
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-able state: per layer the delayed-scaling history and scale, and the calibration state."""
+        return {
+            "delayed": [{"history": list(ds.history), "scale": ds.scale} for ds in self.delayed],
+            "calibrated": [
+                {"n_updates": c.n_updates, "max_obs": c.max_obs, "alpha": c.alpha} for c in self.calibrated
+            ],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output (e.g. when a run resumes from a checkpoint)."""
+        delayed, calibrated = state.get("delayed", []), state.get("calibrated", [])
+        if len(delayed) != len(calibrated):
+            raise ValueError(f"state has {len(delayed)} delayed and {len(calibrated)} calibrated layers; must match")
+        self._state(len(delayed))
+        for ds, st in zip(self.delayed, delayed):
+            ds.history.clear()
+            ds.history.extend(float(a) for a in st["history"])
+            ds.scale = float(st["scale"])
+        for cal, st in zip(self.calibrated, calibrated):
+            cal.n_updates, cal.max_obs, cal._alpha = int(st["n_updates"]), float(st["max_obs"]), float(st["alpha"])
+
+    def _state(self, n_layer: int) -> None:
+        if len(self.delayed) != n_layer:
+            self.delayed = [DelayedScaling(*self._delayed_args) for _ in range(n_layer)]
+            self.calibrated = [CalibratedAlpha(*self._calibrated_args) for _ in range(n_layer)]
+
+    @torch.no_grad()
+    def __call__(self, trainer: Any) -> dict[str, float | int]:
+        model = trainer.model
+        x = trainer.probe_batch[0]
+        if not isinstance(x, Tensor) or x.dim() != 2:
+            got = getattr(x, "shape", x)
+            raise ValueError(f"trainer.probe_batch[0] must be a (B, T) tensor of token ids, got {got}")
+        for block in model.blocks:
+            _check_bilinear(block.attn)
+        with eval_mode(model):
+            _, cache = model.run_with_cache(x, names=lambda n: n.endswith("hook_attn_scores"))
+        self._state(len(model.blocks))
+        B, T = x.shape
+        out: dict[str, float | int] = {f"overflow/{s}": 0 for s in self.strategies}
+        for i, block in enumerate(model.blocks):
+            row = self._layer(i, block, cache[f"blocks.{i}.attn.hook_attn_scores"], B, T)
+            for key, value in row.items():
+                out[f"L{i}/{key}"] = value
+            for s in self.strategies:
+                out[f"overflow/{s}"] += row[f"overflow/{s}"]
+        return {f"fp8/{k}": v for k, v in out.items()}
+
+    def _layer(self, i: int, block: nn.Module, scores: Tensor, B: int, T: int) -> dict[str, float | int]:
+        sigma, folded = layer_sigma(block)
+        allowed = block.attn.allowed(T, scores.device)  # (H, T, T)
+        logits = scores[:, allowed].float()  # (B, n_allowed)
+        amax = float(logits.abs().max())
+        n_pairs, n_keys = logits.numel(), B * folded.n_head * T
+        bounds = logit_bounds(
+            sigma, folded.d_in, folded.d_head, r=folded.rank, n_pairs=n_pairs, n_keys=n_keys,
+            delta=self.delta, rho2=folded.rho2,
+        )  # fmt: skip
+        row: dict[str, float | int] = {
+            "max_abs_logit": amax,
+            "sigma": sigma,
+            "gamma": bounds["gamma"],
+            "bound_worst_case": bounds["worst_case"],
+            "bound_agnostic": bounds["agnostic"],
+            "bound_rank_aware": bounds["rank_aware"],
+        }
+        for s in self.strategies:
+            if s == "delayed":
+                scale = self.delayed[i].step(amax)
+            else:
+                if s == "calibrated":
+                    alpha = self.calibrated[i].alpha
+                else:
+                    alpha = strategy_alpha(s, folded.d_in, folded.rank, n_pairs, n_keys, self.delta)
+                scale = geometry_scale(
+                    sigma, folded.d_head, folded.rho2, alpha, margin=self.margin, fmt=self.fmt,
+                    power_of_two=self.power_of_two,
+                )  # fmt: skip
+                if s == "calibrated" and bounds["worst_case"] > 0:
+                    self.calibrated[i].update(amax / bounds["worst_case"])
+            row[f"scale/{s}"] = scale
+            row[f"overflow/{s}"] = count_overflow(logits, scale, self.fmt)
+            row[f"utilisation/{s}"] = utilisation(amax, scale, self.fmt)
+        return row

@@ -1,0 +1,127 @@
+"""Shared pieces of the figures: history contracts (:func:`series`, :func:`layer_series`), colors, helpers."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from plotly.colors import qualitative
+
+Trace = dict[str, Any]
+History = Mapping[str, Sequence[Any]]
+
+COLORS = qualitative.Plotly
+ORDER_COLORS = ("#1f77b4", "#2ca02c", "#ff7f0e", "#d62728")  # order 0 (parallel) .. 3 (all violation)
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+
+
+def _array(x: Any, dtype: Any = float) -> np.ndarray:
+    """np.asarray that also takes torch tensors (detached, on CPU)."""
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x, dtype=dtype)
+
+
+def _color(i: int) -> str:
+    return COLORS[i % len(COLORS)]
+
+
+def _rgba(hex_color: str, alpha: float) -> str:
+    h = hex_color.lstrip("#")
+    r, g, b = (int(h[i : i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def _check_history(history: History, keys: Sequence[str], what: str = "history") -> int:
+    """Length of the history's columns; ValueError when a needed key is missing or lengths differ."""
+    if not isinstance(history, Mapping):
+        raise ValueError(f"{what} must be a mapping of equal-length lists, got {type(history).__name__}")
+    for key in keys:
+        if key not in history:
+            raise ValueError(f"{what} has no key {key!r}; keys: {sorted(history)}")
+    lengths = {len(history[k]) for k in keys}
+    if len(lengths) > 1:
+        raise ValueError(f"{what} columns {list(keys)} have different lengths {sorted(lengths)}")
+    return lengths.pop() if lengths else 0
+
+
+def _block_mean(m: np.ndarray, max_cells: int) -> tuple[np.ndarray, np.ndarray]:
+    """(T, T) → at most (max_cells, max_cells): the mean of each f×f block (f = ceil(T / max_cells)), and the
+    first position of each block (for the axis). A screen cannot show more cells than that anyway."""
+    T = m.shape[-1]
+    f = max(1, math.ceil(T / max_cells))
+    if f == 1:
+        return m, np.arange(T)
+    n = math.ceil(T / f)
+    padded = np.full((n * f, n * f), np.nan)
+    padded[:T, :T] = m
+    return np.nanmean(padded.reshape(n, f, n, f), axis=(1, 3)), np.arange(n) * f
+
+
+def _cells_note(T: int, max_cells: int) -> str:
+    f = max(1, math.ceil(T / max_cells))
+    return f"; a cell: the mean of {f}×{f} entries" if f > 1 else ""
+
+
+def series(history: History, key: str, step_key: str = "step") -> tuple[np.ndarray, np.ndarray]:
+    """The measured points of one scalar metric.
+
+    Args:
+        history: mapping of equal-length lists; ``None`` (or a missing value) marks "not measured".
+        key: metric name, e.g. ``"val_loss"``.
+    Returns:
+        (steps (N,), values (N,)) as float arrays, only the steps where ``key`` was measured.
+    Raises:
+        ValueError: when ``key`` or ``step_key`` is missing or the columns differ in length.
+    """
+    _check_history(history, (step_key, key))
+    pairs = [(s, v) for s, v in zip(history[step_key], history[key]) if v is not None]
+    if not pairs:
+        return np.zeros(0), np.zeros(0)
+    steps, values = zip(*pairs)
+    return _array(steps), _array(values)
+
+
+def layer_series(history: History, key: str, step_key: str = "step") -> tuple[np.ndarray, np.ndarray]:
+    """A per-layer metric as a matrix.
+
+    Accepts either one key whose entries are sequences of length L (e.g. ``logits/max_per_layer`` holding
+    ``[max_layer0, max_layer1, ...]`` per step) or L scalar keys ``f"{key}/{i}"`` (i = 0..L-1).
+
+    Returns:
+        (steps (N,), values (N, L)) over the steps where the metric was measured (``None`` rows dropped).
+    Raises:
+        ValueError: when neither form is present or rows differ in length.
+    """
+    if key in history:
+        steps, rows = [], []
+        _check_history(history, (step_key, key))
+        for s, v in zip(history[step_key], history[key]):
+            if v is None:
+                continue
+            steps.append(s)
+            rows.append(np.atleast_1d(_array(v)))
+        if not rows:
+            return np.zeros(0), np.zeros((0, 0))
+        if len({r.shape for r in rows}) > 1:
+            raise ValueError(f"history[{key!r}] rows have different lengths")
+        return _array(steps), np.stack(rows)
+    n_layer = 0
+    while f"{key}/{n_layer}" in history:
+        n_layer += 1
+    if n_layer == 0:
+        raise ValueError(f"history has neither {key!r} nor {key + '/0'!r}; keys: {sorted(history)}")
+    columns = [f"{key}/{i}" for i in range(n_layer)]
+    _check_history(history, (step_key, *columns))
+    keep = [i for i in range(len(history[step_key])) if all(history[c][i] is not None for c in columns)]
+    steps = _array([history[step_key][i] for i in keep])
+    values = np.array([[history[c][i] for c in columns] for i in keep], dtype=float).reshape(len(keep), n_layer)
+    return steps, values
+
+
+def keys_under(history: Mapping[str, Any], prefix: str) -> list[str]:
+    """Names below ``prefix/`` in a history, e.g. ``keys_under(h, "fp8/overflow") -> ["delayed", ...]``."""
+    p = prefix.rstrip("/") + "/"
+    return sorted(k[len(p) :] for k in history if k.startswith(p))

@@ -1,0 +1,200 @@
+"""Loss curves with seed bands, and the relative change against a baseline with the seed-noise band."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+
+from spanviz.plots.common import DASHES, History, Trace, _array, _color, _rgba, series
+
+# ------------------------------------------------------------------------------------ loss curves, seeds
+def seed_band(histories: Sequence[History], metric: str = "val_loss") -> dict[str, np.ndarray]:
+    """Mean and spread of one metric across seeds, aligned on steps.
+
+    Args:
+        histories: one history per seed (each with ``step`` and ``metric``).
+        metric: e.g. ``"val_loss"`` or ``"train_loss"``.
+    Returns:
+        dict of arrays of shape (N,) over the union of measured steps: ``step``, ``mean``, ``std`` (sample
+        standard deviation, ddof=1; 0 where only one seed measured the step) and ``count`` (seeds measured).
+    Raises:
+        ValueError: empty ``histories`` or a history without the metric.
+    """
+    if len(histories) == 0:
+        raise ValueError("histories must hold at least one history (one per seed), got none")
+    measured = [series(h, metric) for h in histories]
+    if len(measured) == 1:  # one seed: no spread (the common live case, kept cheap)
+        steps, values = measured[0]
+        return {"step": steps, "mean": values, "std": np.zeros_like(values), "count": np.ones_like(values)}
+    steps = np.unique(np.concatenate([s for s, _ in measured]))
+    table = np.full((len(measured), len(steps)), np.nan)  # (seeds, steps), NaN = not measured
+    for row, (s, v) in zip(table, measured):
+        row[np.searchsorted(steps, s)] = v
+    count = np.sum(~np.isnan(table), axis=0).astype(float)
+    mean = np.nansum(table, axis=0) / count
+    sq = np.nansum((table - mean) ** 2, axis=0)
+    std = np.sqrt(np.divide(sq, count - 1, out=np.zeros_like(sq), where=count > 1))
+    return {"step": steps, "mean": mean, "std": std, "count": count}
+
+
+def _as_seed_runs(runs: Mapping[str, Any]) -> dict[str, list[History]]:
+    if not isinstance(runs, Mapping):
+        raise ValueError(f"runs must map variant name -> history or list of histories, got {type(runs).__name__}")
+    return {name: [h] if isinstance(h, Mapping) else list(h) for name, h in runs.items()}
+
+
+def loss_curves_data(runs: Mapping[str, Any], metrics: str | Sequence[str] = "val_loss") -> list[Trace]:
+    """Traces of :func:`loss_curves_figure`: per (variant, metric) a band (mean ± std) then the mean line."""
+    metrics = (metrics,) if isinstance(metrics, str) else tuple(metrics)
+    traces: list[Trace] = []
+    for v, (name, histories) in enumerate(_as_seed_runs(runs).items()):
+        color = _color(v)
+        for m, metric in enumerate(metrics):
+            b = seed_band(histories, metric)
+            x, lo, hi = b["step"], b["mean"] - b["std"], b["mean"] + b["std"]
+            n = len(histories)
+            label = name if len(metrics) == 1 else f"{name} · {metric.replace('_', ' ')}"
+            traces.append(
+                {
+                    "type": "scatter",
+                    "x": np.concatenate([x, x[::-1]]),
+                    "y": np.concatenate([hi, lo[::-1]]),
+                    "fill": "toself",
+                    "fillcolor": _rgba(color, 0.18),
+                    "line": {"width": 0, "color": color},
+                    "hoverinfo": "skip",
+                    "showlegend": False,
+                    "legendgroup": label,
+                    "name": f"{label} ± std",
+                }
+            )
+            traces.append(
+                {
+                    "type": "scatter",
+                    "x": x,
+                    "y": b["mean"],
+                    "mode": "lines+markers" if len(x) <= 60 else "lines",
+                    "line": {"color": color, "dash": DASHES[m % len(DASHES)]},
+                    "marker": {"size": 4},
+                    "legendgroup": label,
+                    "name": label if n == 1 else f"{label} (mean of {n} seeds)",
+                }
+            )
+    return traces
+
+
+def loss_curves_figure(
+    runs: Mapping[str, Any],
+    metrics: str | Sequence[str] = "val_loss",
+    title: str | None = None,
+    log_y: bool = False,
+) -> go.Figure:
+    """Loss curves of several runs with seed bands.
+
+    Args:
+        runs: ``{variant: [history per seed]}`` (a single history stands for one seed). Variants are colored
+            in insertion order; each history needs ``step`` and every metric.
+        metrics: one metric name or several (drawn solid, dashed, dotted ... per metric).
+        title: figure title; default names the metrics.
+        log_y: logarithmic loss axis.
+    Returns:
+        Figure with 2 traces per (variant, metric): a filled band mean ± std across seeds (zero width with one
+        seed) and the mean line, x = optimizer step, y = loss in nats.
+    Raises:
+        ValueError: malformed runs or a history lacking a metric.
+    """
+    metrics = (metrics,) if isinstance(metrics, str) else tuple(metrics)
+    fig = go.Figure(data=loss_curves_data(runs, metrics))
+    fig.update_layout(
+        title=title or " / ".join(m.replace("_", " ") for m in metrics),
+        xaxis_title="step",
+        yaxis_title="loss (nats)",
+        yaxis_type="log" if log_y else "linear",
+        margin={"l": 50, "r": 10, "t": 40, "b": 40},
+        height=320,
+        legend={"orientation": "h", "y": -0.2},
+    )
+    return fig
+
+
+def relative_change_data(steps: Any, changes: Mapping[str, Any], noise: Any | None = None) -> list[Trace]:
+    """Traces of :func:`relative_change_figure`: the ±noise band (when given), then one line per change."""
+    x = _array(steps)
+    traces: list[Trace] = []
+    if noise is not None:
+        n = np.abs(_array(noise))
+        if n.shape != x.shape:
+            raise ValueError(f"noise has shape {n.shape}, steps has {x.shape}")
+        traces.append({"type": "scatter", "x": np.concatenate([x, x[::-1]]), "y": np.concatenate([n, -n[::-1]]),
+                       "fill": "toself", "fillcolor": "rgba(120,120,120,0.25)", "line": {"width": 0},
+                       "name": "seed noise", "hoverinfo": "skip"})
+    for i, (name, y) in enumerate(changes.items()):
+        y = _array(y)
+        if y.shape != x.shape:
+            raise ValueError(f"changes[{name!r}] has shape {y.shape}, steps has {x.shape}")
+        traces.append({"type": "scatter", "x": x, "y": y, "name": name, "mode": "lines+markers",
+                       "line": {"color": _color(i + 1), "width": 3}, "marker": {"size": 6},
+                       "hovertemplate": "step %{x}: %{y:+.2f} %<extra></extra>"})
+    return traces
+
+
+def relative_change_figure(
+    steps: Any, changes: Mapping[str, Any], noise: Any | None = None, title: str | None = None,
+    y_title: str = "Δ val loss vs standard (%)",
+) -> go.Figure:
+    """Relative change of a metric against a baseline over training, with the seed-noise band around 0.
+
+    Two loss curves that differ by a fraction of a percent coincide to the pixel; their difference does not.
+
+    Args:
+        steps: (N,) optimizer steps where both were measured.
+        changes: ``{name: (N,)}`` 100·(metric − baseline)/baseline in percent (below 0: lower than baseline).
+        noise: (N,) the same change between two baseline runs that differ only in the seed (the band ±|noise|):
+            a change inside the band is within the seed noise.
+    Returns:
+        Figure with the band (when given), one line per change and a zero line.
+    Raises:
+        ValueError: a series whose length differs from ``steps``.
+    """
+    fig = go.Figure(data=relative_change_data(steps, changes, noise))
+    fig.add_hline(y=0, line={"color": "gray", "width": 1})
+    fig.update_layout(
+        title=title or "change against the baseline (gray: seed noise)",
+        xaxis_title="step",
+        yaxis_title=y_title,
+        height=320,
+        margin={"l": 60, "r": 10, "t": 40, "b": 40},
+        legend={"orientation": "h", "y": -0.25},
+    )
+    return fig
+
+
+def relative_change_series(
+    baseline: History, runs: Mapping[str, History], noise: History | None = None, metric: str = "val_loss"
+) -> dict[str, Any]:
+    """Arguments of :func:`relative_change_figure` from histories: 100·(metric − baseline)/baseline in percent.
+
+    Args:
+        baseline: the history every change is measured against (e.g. the standard gradient).
+        runs: ``{name: history}`` whose change is drawn.
+        noise: a history that differs from ``baseline`` only in the seed (its change is the seed-noise band).
+        metric: e.g. ``"val_loss"``.
+    Returns:
+        dict with ``steps`` (N,) — the steps where every history measured ``metric`` —, ``changes``
+        ``{name: (N,)}`` and ``noise`` ((N,) or None).
+    Raises:
+        ValueError: a history without ``step`` or ``metric``.
+    """
+    measured = [dict(zip(*series(h, metric))) for h in (baseline, *runs.values(), *([noise] if noise else []))]
+    steps = sorted(set.intersection(*(set(m) for m in measured)))
+    base = np.array([measured[0][t] for t in steps])
+
+    def change(m: dict) -> np.ndarray:
+        return 100.0 * (np.array([m[t] for t in steps]) - base) / base
+
+    return {"steps": np.array(steps, dtype=float),
+            "changes": {name: change(m) for name, m in zip(runs, measured[1:])},
+            "noise": change(measured[-1]) if noise is not None else None}

@@ -1,0 +1,175 @@
+"""LS-attention (arXiv 2505.15548): per-head masks, attention per head, max logit per layer."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from spanviz.plots.common import DASHES, History, Trace, _array, _block_mean, _color, layer_series
+
+# -------------------------------------------------------------------------------------- local/global heads
+def head_masks_data(masks: Any, zoom: int | None = None, max_cells: int = 128) -> list[Trace]:
+    """Traces of :func:`head_masks_figure`: per head the whole mask (block means when T > ``max_cells``),
+    then, with ``zoom``, per head its first ``zoom`` × ``zoom`` positions cell by cell."""
+    m = _array(masks, dtype=np.float32)
+    if m.ndim != 3 or m.shape[1] != m.shape[2]:
+        raise ValueError(f"masks must have shape (H, T, T), got {m.shape}")
+    traces = []
+    for h in range(m.shape[0]):
+        z, pos = _block_mean(m[h], max_cells)
+        traces.append({"type": "heatmap", "z": z.astype(np.float32), "x": pos, "y": pos, "coloraxis": "coloraxis",
+                       "name": f"head {h}", "hovertemplate": "query %{y}, key %{x}: %{z:.2f}<extra></extra>"})
+    if zoom:
+        n = min(int(zoom), m.shape[1])
+        for h in range(m.shape[0]):
+            traces.append({"type": "heatmap", "z": m[h, :n, :n], "coloraxis": "coloraxis", "xgap": 1, "ygap": 1,
+                           "name": f"head {h} (zoom)", "hovertemplate": "query %{y}, key %{x}<extra></extra>"})
+    return traces
+
+
+def head_masks_figure(
+    masks: Any, labels: Sequence[str] | None = None, zoom: int | None = 32, max_cells: int = 128,
+    title: str | None = None,
+) -> go.Figure:
+    """Per-head attention masks: a row of whole masks and, below, a zoom on their first positions.
+
+    Args:
+        masks: bool (H, T, T), True where query i may attend key j (e.g. ``local_global.dense_mask``).
+        labels: H titles for the whole masks; default "head h".
+        zoom: show the first ``zoom`` positions of every head cell by cell in a second row (None = no zoom
+            row); a window of a few keys is one or two pixels wide in the whole mask at T = 128.
+        max_cells: whole masks with T > max_cells show the mean of f×f blocks (f = ⌈T / max_cells⌉).
+    Returns:
+        Figure with H heatmaps (rows = query i, columns = key j; 1 = allowed, 0 = masked) and, with zoom, H
+        more; the first H subplot titles are ``labels``.
+    Raises:
+        ValueError: masks not (H, T, T), or len(labels) != H.
+    """
+    m = _array(masks, dtype=np.float32)
+    traces = head_masks_data(m, zoom, max_cells)
+    H = m.shape[0]
+    labels = [f"head {h}" for h in range(H)] if labels is None else list(labels)
+    if len(labels) != H:
+        raise ValueError(f"labels must have H={H} entries, got {len(labels)}")
+    rows = 2 if zoom else 1
+    n = min(int(zoom), m.shape[1]) if zoom else 0
+    titles = labels + [f"positions 0–{n - 1}" for _ in range(H)] * (rows - 1)
+    fig = make_subplots(rows=rows, cols=H, subplot_titles=titles, horizontal_spacing=0.03, vertical_spacing=0.1)
+    for k, trace in enumerate(traces):
+        r, c = k // H + 1, k % H + 1
+        fig.add_trace(trace, row=r, col=c)
+        fig.update_yaxes(autorange="reversed", showticklabels=False, scaleanchor=f"x{k + 1 if k else ''}",
+                         row=r, col=c)
+        fig.update_xaxes(showticklabels=False, constrain="domain", row=r, col=c)
+    fig.update_layout(
+        title=title or f"attention masks per head (T = {m.shape[1]}; rows: query i, columns: key j)",
+        coloraxis={"colorscale": [[0, "#f4f4f4"], [1, "#1f77b4"]], "cmin": 0, "cmax": 1, "showscale": False},
+        height=260 * rows + 60,
+        margin={"l": 20, "r": 10, "t": 70, "b": 20},
+    )
+    return fig
+
+
+def attention_heads_data(values: Any, tokens: Sequence[str] | None = None) -> list[Trace]:
+    """Traces of :func:`attention_heads_figure`: one heatmap per head, hover naming the tokens."""
+    v = _array(values)
+    if v.ndim != 3 or v.shape[1] != v.shape[2]:
+        raise ValueError(f"values must have shape (H, T, T), got {v.shape}")
+    T = v.shape[1]
+    if tokens is not None and len(tokens) != T:
+        raise ValueError(f"tokens must have T={T} entries, got {len(tokens)}")
+    traces = []
+    for h in range(v.shape[0]):
+        trace: Trace = {"type": "heatmap", "z": v[h], "coloraxis": "coloraxis", "name": f"head {h}"}
+        if tokens is not None:
+            trace["x"] = trace["y"] = [f"{i}: {t}" for i, t in enumerate(tokens)]
+            trace["hovertemplate"] = "query %{y}<br>key %{x}<br>%{z:.3f}<extra>" + f"head {h}</extra>"
+        traces.append(trace)
+    return traces
+
+
+def attention_heads_figure(
+    values: Any, tokens: Sequence[str] | None = None, n_cols: int = 2, title: str | None = None,
+    colorbar_title: str = "",
+) -> go.Figure:
+    """Attention logits or patterns of every head, large enough to read, the tokens on the axes.
+
+    Args:
+        values: (H, T, T) per head (rows: query i, columns: key j), e.g. S = QKᵀ/√d_head or P = softmax(S + M);
+            NaN is drawn blank (e.g. the masked upper triangle of S).
+        tokens: the T tokens of the window (axis labels "i: token" and hover), or None for positions.
+        n_cols: heads per row.
+    Returns:
+        Figure with H heatmaps sharing one color scale (shown).
+    Raises:
+        ValueError: values not (H, T, T), or len(tokens) != T.
+    """
+    traces = attention_heads_data(values, tokens)
+    H = len(traces)
+    cols = max(1, min(n_cols, H))
+    rows = math.ceil(H / cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[f"head {h}" for h in range(H)],
+                        horizontal_spacing=0.06, vertical_spacing=0.08)
+    for h, trace in enumerate(traces):
+        r, c = h // cols + 1, h % cols + 1
+        fig.add_trace(trace, row=r, col=c)
+        fig.update_yaxes(autorange="reversed", showticklabels=False, row=r, col=c)
+        fig.update_xaxes(showticklabels=False, row=r, col=c)
+    fig.update_layout(
+        title=title or "attention per head (rows: query i, columns: key j; hover for the tokens)",
+        coloraxis={"colorscale": "Viridis", "colorbar": {"title": {"text": colorbar_title}}},
+        height=380 * rows + 60,
+        margin={"l": 20, "r": 10, "t": 70, "b": 20},
+    )
+    return fig
+
+
+def max_logit_data(runs: Mapping[str, History], key: str = "logits/max_per_layer") -> list[Trace]:
+    """Traces of :func:`max_logit_figure`: for each run (color) one line per layer (dash)."""
+    traces = []
+    for r, (name, history) in enumerate(runs.items()):
+        steps, values = layer_series(history, key)
+        for layer in range(values.shape[1]):
+            traces.append(
+                {
+                    "type": "scatter",
+                    "x": steps,
+                    "y": values[:, layer],
+                    "mode": "lines+markers" if len(steps) <= 60 else "lines",
+                    "marker": {"size": 4},
+                    "line": {"color": _color(r), "dash": DASHES[layer % len(DASHES)]},
+                    "legendgroup": name,
+                    "name": f"{name} · layer {layer}",
+                }
+            )
+    return traces
+
+
+def max_logit_figure(
+    runs: Mapping[str, History], key: str = "logits/max_per_layer", title: str | None = None
+) -> go.Figure:
+    """Max pre-softmax logit per layer over steps, for several runs (e.g. MHSA vs LS).
+
+    Args:
+        runs: ``{run name: history}``; each history holds ``step`` and the per-layer metric ``key`` (see
+            :func:`layer_series` for the accepted forms), max |q·k|/√d_head over allowed pairs.
+    Returns:
+        Figure with one line per (run, layer).
+    Raises:
+        ValueError: a history without the metric.
+    """
+    fig = go.Figure(data=max_logit_data(runs, key))
+    fig.update_layout(
+        title=title or "max attention logit per layer",
+        xaxis_title="step",
+        yaxis_title="max |q·k|/√d_head",
+        height=320,
+        margin={"l": 50, "r": 10, "t": 40, "b": 40},
+        legend={"orientation": "h", "y": -0.2},
+    )
+    return fig

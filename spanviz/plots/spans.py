@@ -1,0 +1,354 @@
+"""Span / violation gradient scaling (arXiv 2512.13033): score-gradient blocks, energy by order, principal
+angles between the spans of Q, K and V, and the T = 3 toy."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from spanviz.plots.common import (
+    ORDER_COLORS, History, Trace, _array, _block_mean, _cells_note, _color, keys_under, series,
+)
+
+# ------------------------------------------------------------------------------------- span gradient blocks
+def _check_blocks(blocks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    if len(blocks) == 0:
+        raise ValueError("blocks must hold at least one block, got none")
+    out = []
+    shape = None
+    for i, b in enumerate(blocks):
+        for key in ("name", "order", "block"):
+            if key not in b:
+                raise ValueError(f"blocks[{i}] has no {key!r}; each block needs name, order and block (T, T)")
+        m = _array(b["block"])
+        if m.ndim != 2:
+            raise ValueError(f"blocks[{i}]['block'] must be 2-D (T, T), got shape {m.shape}")
+        if shape is not None and m.shape != shape:
+            raise ValueError(f"blocks have different shapes: {shape} and {m.shape}")
+        shape = m.shape
+        order = int(b["order"])
+        if not 0 <= order <= 3:
+            raise ValueError(f"blocks[{i}]['order'] must be in [0, 3], got {order}")
+        out.append({"name": str(b["name"]), "order": order, "block": m})
+    return out
+
+
+def _block_grid(blocks: list[dict[str, Any]]) -> tuple[list[int], int, list[tuple[int, int]]]:
+    """Orders present (rows), number of heatmap columns, and the (row, col) cell of each block (1-based)."""
+    orders = sorted({b["order"] for b in blocks})
+    next_col = dict.fromkeys(orders, 0)
+    cells = []
+    for b in blocks:
+        next_col[b["order"]] += 1
+        cells.append((orders.index(b["order"]) + 1, next_col[b["order"]]))
+    return orders, max(next_col.values()), cells
+
+
+SPAN_BLOCK_CELLS = 64
+"""Heatmap cells per side of a score-gradient block: a larger T is shown as means of f×f entries (f = ⌈T / 64⌉).
+A block is about 170 pixels wide on screen, so T = 128 has more entries than pixels anyway, and four times
+fewer cells keep an α slider's redraw in the browser quick."""
+
+
+def span_blocks_data(
+    blocks: Sequence[Mapping[str, Any]], alphas: Sequence[float] | None = None, max_cells: int = SPAN_BLOCK_CELLS
+) -> list[Trace]:
+    """Traces of :func:`span_blocks_figure`: one heatmap per block (input order), then two bar traces."""
+    bl = _check_blocks(blocks)
+    alphas = (1.0, 1.0, 1.0, 1.0) if alphas is None else tuple(float(a) for a in alphas)
+    if len(alphas) != 4:
+        raise ValueError(f"alphas must be 4 numbers (α0..α3), got {alphas!r}")
+    total = np.linalg.norm(sum(b["block"] for b in bl)) or 1.0
+    names = [b["name"] for b in bl]
+    traces: list[Trace] = []
+    for b in bl:
+        z, pos = _block_mean(alphas[b["order"]] * b["block"], max_cells)
+        traces.append({"type": "heatmap", "z": z, "x": pos, "y": pos, "coloraxis": "coloraxis", "name": b["name"]})
+    rel = np.array([np.linalg.norm(b["block"]) / total for b in bl])
+    scale = np.array([abs(alphas[b["order"]]) for b in bl])
+    colors = [ORDER_COLORS[b["order"]] for b in bl]
+    traces.append(
+        {"type": "bar", "x": names, "y": rel, "name": "‖block‖/‖dS‖", "marker": {"color": "lightgray"}}
+    )
+    traces.append(
+        {"type": "bar", "x": names, "y": rel * scale, "name": "‖α·block‖/‖dS‖", "marker": {"color": colors}}
+    )
+    return traces
+
+
+def span_block_title(name: str, order: int, alpha: float) -> str:
+    """A block's subplot title in :func:`span_blocks_figure`, e.g. "S2 (order 1) ×0" — the α that scales it."""
+    return f"{name} (order {order}) ×{float(alpha):g}"
+
+
+def span_blocks_figure(
+    blocks: Sequence[Mapping[str, Any]], alphas: Sequence[float] | None = None, title: str | None = None,
+    max_cells: int = SPAN_BLOCK_CELLS,
+) -> go.Figure:
+    """The score-gradient blocks of one head as a heatmap grid grouped by order, with a bar chart of norms.
+
+    Args:
+        blocks: sequence of mappings ``{"name": "S1", "order": 0..3, "block": array (T, T)}`` (the blocks of
+            dS for one layer/head, e.g. 8 blocks with orders 0,1,1,1,2,2,2,3 for the ``kv8`` preset; the
+            blocks sum to dS). Rows follow ascending order, columns the input order within an order.
+        alphas: (α0, α1, α2, α3); heatmaps show α_order · block on a color scale fixed by the *unscaled*
+            blocks (so a small α visibly fades its blocks): ± the 99th percentile of their |entries| (larger
+            ones saturate). None = all ones.
+        title: figure title.
+        max_cells: heatmap cells per side; a larger T shows means of f×f entries (:data:`SPAN_BLOCK_CELLS`).
+    Returns:
+        Figure with len(blocks) heatmaps (rows i = query, columns j = key) and 2 bar traces: ‖block‖_F/‖dS‖_F
+        (gray) and ‖α·block‖_F/‖dS‖_F (colored by order).
+    Raises:
+        ValueError: missing keys, non-2-D or mismatched blocks, order outside 0..3, alphas not of length 4.
+    """
+    bl = _check_blocks(blocks)
+    traces = span_blocks_data(bl, alphas, max_cells)
+    orders, n_cols, cells = _block_grid(bl)
+    n_rows = len(orders)
+    specs: list[list[dict | None]] = [[{} for _ in range(n_cols)] + [None] for _ in range(n_rows)]
+    specs[0][-1] = {"rowspan": n_rows}
+    a = (1.0, 1.0, 1.0, 1.0) if alphas is None else tuple(alphas)
+    titles_by_cell = {cell: span_block_title(b["name"], b["order"], a[b["order"]]) for cell, b in zip(cells, bl)}
+    subplot_titles = []
+    for r in range(1, n_rows + 1):
+        subplot_titles += [titles_by_cell.get((r, c), "") for c in range(1, n_cols + 1)]
+        if r == 1:
+            subplot_titles.append("block norms")
+    fig = make_subplots(
+        rows=n_rows,
+        cols=n_cols + 1,
+        specs=specs,
+        subplot_titles=subplot_titles,
+        column_widths=[1.0] * n_cols + [1.3],
+        horizontal_spacing=0.04,
+        vertical_spacing=0.06,
+    )
+    for trace, (r, c) in zip(traces, cells):
+        fig.add_trace(trace, row=r, col=c)
+        fig.update_xaxes(showticklabels=False, row=r, col=c)
+        fig.update_yaxes(showticklabels=False, autorange="reversed", scaleanchor=None, row=r, col=c)
+    for trace in traces[len(bl) :]:
+        fig.add_trace(trace, row=1, col=n_cols + 1)
+    # The color range: the 99th percentile of |entries| over all (unscaled) blocks. dS of one head has a few
+    # entries far larger than the rest: a range set by the largest would leave every block nearly white.
+    magnitudes = np.abs(np.concatenate([_block_mean(b["block"], max_cells)[0].ravel() for b in bl]))
+    zmax = float(np.percentile(magnitudes, 99)) or float(magnitudes.max()) or 1.0
+    fig.update_layout(
+        title=title or "score-gradient blocks (rows: order = number of ⊥ projections; colors clip at the 99th "
+                       f"percentile of |entries|{_cells_note(bl[0]['block'].shape[0], max_cells)})",
+        coloraxis={
+            "colorscale": "RdBu", "cmid": 0.0, "cmin": -zmax, "cmax": zmax, "colorbar": {"x": -0.08, "len": 0.8}
+        },
+        barmode="group",
+        height=170 * n_rows + 80,
+        margin={"l": 60, "r": 10, "t": 60, "b": 40},
+        legend={"orientation": "h", "y": -0.08},
+    )
+    return fig
+
+
+def energy_by_order_data(steps: Any, shares: Mapping[str, Any]) -> list[Trace]:
+    """Traces of :func:`energy_by_order_figure`: one stacked area per order."""
+    x = _array(steps)
+    traces = []
+    for i, (label, y) in enumerate(shares.items()):
+        y = _array(y)
+        if y.shape != x.shape:
+            raise ValueError(f"shares[{label!r}] has shape {y.shape}, steps has {x.shape}")
+        traces.append(
+            {
+                "type": "scatter",
+                "x": x,
+                "y": y,
+                "name": label,
+                "stackgroup": "energy",
+                "mode": "lines",
+                "line": {"color": ORDER_COLORS[i % 4]},
+            }
+        )
+    return traces
+
+
+def energy_by_order_figure(steps: Any, shares: Mapping[str, Any], title: str | None = None) -> go.Figure:
+    """Energy share of the score gradient by order over training (stacked areas).
+
+    Args:
+        steps: (N,) optimizer steps.
+        shares: ``{"order 0": (N,), "order 1": (N,), ...}`` — fraction ‖Σ blocks of that order‖²/Σ_orders ‖·‖²
+            (or any per-order share; the figure stacks whatever it gets).
+    Returns:
+        Figure with one stacked-area trace per order.
+    Raises:
+        ValueError: a share whose length differs from ``steps``.
+    """
+    fig = go.Figure(data=energy_by_order_data(steps, shares))
+    fig.update_layout(
+        title=title or "score-gradient energy by order",
+        xaxis_title="step",
+        yaxis_title="share of ‖dS‖²",
+        height=300,
+        margin={"l": 50, "r": 10, "t": 40, "b": 40},
+    )
+    return fig
+
+
+def energy_series(history: History, layer: int) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
+    """Arguments of :func:`energy_by_order_figure` from a ``spans.SpanProbe`` history, or None without them.
+
+    Args:
+        history: with ``step`` and the probe's ``spans/L{layer}/share_order{k}`` keys.
+        layer: the layer ℓ.
+    Returns:
+        (steps (N,), ``{"order k": (N,)}``) over the probed steps, or None when the history has no shares for ℓ.
+    """
+    names = [k for k in keys_under(history, f"spans/L{layer}") if k.startswith("share_order")]
+    if not names:
+        return None
+    cols = {n: series(history, f"spans/L{layer}/{n}") for n in sorted(names)}
+    steps = next(iter(cols.values()))[0]
+    return steps, {n.replace("share_", "").replace("order", "order "): v for n, (_, v) in cols.items()}
+
+
+# --------------------------------------------------------------------------------- projection subspaces
+def subspace_angles_data(angles: Mapping[str, Any]) -> list[Trace]:
+    """Traces of :func:`subspace_angles_figure`: one bar trace per pair, in degrees."""
+    traces = []
+    for i, (pair, theta) in enumerate(angles.items()):
+        deg = np.degrees(_array(theta))
+        traces.append(
+            {"type": "bar", "x": np.arange(1, len(deg) + 1), "y": deg, "name": pair, "marker": {"color": _color(i)}}
+        )
+    return traces
+
+
+def subspace_angles_figure(angles: Mapping[str, Any], title: str | None = None) -> go.Figure:
+    """Principal angles between projection subspaces, e.g. the token-space spans of Q, K and V of one head.
+
+    Args:
+        angles: ``{"Q–K": radians (k,), "Q–V": ..., "K–V": ...}``, ascending (e.g. the arccos of
+            ``spans.principal_angle_cosines``).
+    Returns:
+        Figure with one bar trace per pair; x = angle index 1..k, y = angle in degrees (0..90).
+    """
+    fig = go.Figure(data=subspace_angles_data(angles))
+    fig.update_layout(
+        title=title or "principal angles between spans",
+        xaxis_title="angle index",
+        yaxis={"title": "degrees", "range": [0, 90]},
+        barmode="group",
+        height=420,
+        margin={"l": 50, "r": 10, "t": 40, "b": 40},
+        legend={"orientation": "h", "y": -0.2},
+    )
+    return fig
+
+
+def span_toy(basis: Any | None = None, grad: Any | None = None, seed: int = 0) -> dict[str, np.ndarray]:
+    """The T = 3 toy: a 2-D span (plane) in token space R³ and a gradient split into span + violation.
+
+    With X (3, 2) (T = 3 tokens, d = 2 features) the projector Π_X = X (XᵀX)⁻¹ Xᵀ maps R³ onto the plane
+    spanned by X's columns; a gradient column g ∈ R³ splits exactly into g∥ = Π_X g (in-span, "parallel")
+    and g⊥ = g − g∥ (the span violation, orthogonal to the plane).
+
+    Args:
+        basis: X, shape (3, 2) of rank 2; None draws one from ``seed``.
+        grad: g, shape (3,); None draws one from ``seed``.
+        seed: numpy seed for the random defaults.
+    Returns:
+        dict of float arrays: ``basis`` (3, 2), ``grad`` (3,), ``parallel`` (3,), ``violation`` (3,),
+        ``frame`` (3, 2) an orthonormal basis of the plane, ``normal`` (3,) a unit normal.
+    Raises:
+        ValueError: wrong shapes, or a basis of rank < 2 (no plane).
+    """
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(3, 2)) if basis is None else _array(basis)
+    g = rng.normal(size=3) if grad is None else _array(grad)
+    if x.shape != (3, 2):
+        raise ValueError(f"basis must have shape (3, 2) (T=3 tokens, d=2), got {x.shape}")
+    if g.shape != (3,):
+        raise ValueError(f"grad must have shape (3,), got {g.shape}")
+    if np.linalg.matrix_rank(x) < 2:
+        raise ValueError("basis must have rank 2 (its columns must span a plane)")
+    parallel = x @ np.linalg.solve(x.T @ x, x.T @ g)
+    frame, _ = np.linalg.qr(x)
+    normal = np.cross(frame[:, 0], frame[:, 1])
+    return {
+        "basis": x,
+        "grad": g,
+        "parallel": parallel,
+        "violation": g - parallel,
+        "frame": frame,
+        "normal": normal / np.linalg.norm(normal),
+    }
+
+
+def _arrow(vec: np.ndarray, name: str, color: str, dash: str = "solid", width: int = 6) -> Trace:
+    return {
+        "type": "scatter3d",
+        "x": [0.0, vec[0]],
+        "y": [0.0, vec[1]],
+        "z": [0.0, vec[2]],
+        "mode": "lines+markers",
+        "marker": {"size": [0, 5], "color": color, "symbol": "diamond"},
+        "line": {"color": color, "width": width, "dash": dash},
+        "name": name,
+    }
+
+
+def span_toy_data(toy: Mapping[str, np.ndarray], alphas: Sequence[float] = (1.0, 1.0)) -> list[Trace]:
+    """Traces of :func:`span_toy_figure`: plane, the two basis columns, g, g∥, g⊥, and α∥g∥ + α⊥g⊥."""
+    a_par, a_perp = (float(a) for a in alphas)
+    g, par, perp, frame = toy["grad"], toy["parallel"], toy["violation"], toy["frame"]
+    extent = 1.2 * max(np.abs(g).max(), np.abs(toy["basis"]).max(), 1e-9)
+    corners = np.array([[-1, -1], [1, -1], [1, 1], [-1, 1]]) * extent
+    pts = corners @ frame.T  # (4, 3)
+    traces: list[Trace] = [
+        {
+            "type": "mesh3d",
+            "x": pts[:, 0],
+            "y": pts[:, 1],
+            "z": pts[:, 2],
+            "i": [0, 0],
+            "j": [1, 2],
+            "k": [2, 3],
+            "color": "#1f77b4",
+            "opacity": 0.2,
+            "name": "span(X)",
+            "showlegend": True,
+            "hoverinfo": "skip",
+        }
+    ]
+    for c in range(2):
+        traces.append(_arrow(toy["basis"][:, c], f"x{c + 1} (column of X)", "gray", width=3))
+    traces.append(_arrow(g, "g (gradient)", "black"))
+    traces.append(_arrow(par, "g∥ = Π g (span)", ORDER_COLORS[0]))
+    traces.append(_arrow(perp, "g⊥ = g − Π g (violation)", ORDER_COLORS[3]))
+    traces.append(_arrow(a_par * par + a_perp * perp, f"{a_par:g}·g∥ + {a_perp:g}·g⊥", ORDER_COLORS[1], "dash"))
+    return traces
+
+
+def span_toy_figure(
+    toy: Mapping[str, np.ndarray], alphas: Sequence[float] = (1.0, 1.0), title: str | None = None
+) -> go.Figure:
+    """3-D view of :func:`span_toy`: the span plane in R³, g and its parallel / violation parts.
+
+    Args:
+        toy: output of :func:`span_toy`.
+        alphas: (α∥, α⊥) scales of the parallel and violation parts for the rescaled gradient (dashed).
+    Returns:
+        Figure with 7 traces: plane (mesh3d), the 2 columns of X, g, g∥, g⊥, α∥g∥ + α⊥g⊥ (scatter3d).
+    """
+    fig = go.Figure(data=span_toy_data(toy, alphas))
+    fig.update_layout(
+        title=title or "token space R³ (T = 3): span of X and a gradient column",
+        scene={"aspectmode": "cube", "xaxis_title": "token 1", "yaxis_title": "token 2", "zaxis_title": "token 3"},
+        height=420,
+        margin={"l": 0, "r": 0, "t": 40, "b": 0},
+        uirevision="toy",
+    )
+    return fig

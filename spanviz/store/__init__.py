@@ -1,0 +1,52 @@
+"""A results store: run records on disk, keyed by a hash of their full configuration.
+
+A repeated request for a configuration that was trained before replays the stored record instantly (that is
+how notebooks answer a slider in seconds). An instructor precomputes runs on a GPU, :meth:`ResultsStore.export`s
+them into one ``.zip`` file, and students :meth:`ResultsStore.import_` it and replay offline.
+
+Layout: ``<root>/<key>.json``, one :class:`~spanviz.train.RunRecord` per file, written atomically (temporary
+file in the same folder, then ``os.replace``). Default root: ``$SPANVIZ_HOME/runs``, with ``SPANVIZ_HOME``
+defaulting to ``~/.cache/spanviz``.
+
+Concurrent writers are safe, across processes too (the workers of a distributed sweep, two sweeps at once):
+each writer has its own temporary file and ``os.replace`` swaps whole files, so a reader sees no file or a
+complete one, never a mix; when two processes store the same key, one complete record wins (both hold the same
+configuration). A writer killed mid-write leaves only its hidden temporary file (``.<key>.json.*.tmp``), which
+listings ignore. Nothing is locked, so nothing waits.
+
+Key: sha256 of the canonical JSON (sorted keys, no spaces, ASCII) of the record's whole ``config`` — model,
+train (seed included), data description, probes and any experiment entries (``variant``, ``seed``, ``tags``)
+— with two exceptions: ``config["data"]["source"]`` (a machine-specific folder, or the hub id) is left out,
+because the data are identified by their text sha256 and tokenizer settings, and an instructor's local folder
+path must not change the key a student computes; and ``config["train"]["checkpoint_interval"]`` counts as 0,
+because how often a run was checkpointed does not change its curve.
+
+What is stored: only complete results, status ``"finished"`` and ``"diverged"`` (a divergence is a real
+outcome of that configuration). Stopped and interrupted runs are partial and would replay as if they were
+the result of the configuration, so :meth:`ResultsStore.put` refuses them.
+
+Bad data never takes the store down: a damaged entry (unreadable, not a run record, or a config that does not
+hash to its file name) is skipped with a warning naming the file — by :meth:`ResultsStore.records`,
+:meth:`~ResultsStore.get` (which then answers "not stored", so the run is trained again and the entry
+replaced) and :meth:`~ResultsStore.export` (which never ships one). Archives come from other people, so
+:meth:`ResultsStore.import_report` checks everything before it trusts it: the zip and its manifest, sizes
+(:data:`MAX_RECORD_BYTES` per run, :data:`MAX_ARCHIVE_BYTES` in all), counts (:data:`MAX_RUNS`), JSON nesting
+depth (:data:`MAX_DEPTH`), the record schema and the key of every run; each rejected run is reported, the
+others are imported.
+
+The package: :mod:`~spanviz.store.keys` (:func:`config_key`, :func:`default_root`), :mod:`~spanviz.store.results`
+(:class:`ResultsStore`), :mod:`~spanviz.store.archive` (the checks of records and archives from elsewhere),
+:mod:`~spanviz.store.bundle` (the shipped workshop bundle, :func:`load_bundle`).
+"""
+
+from spanviz.store.archive import (EXPORT_FORMAT, MAX_ARCHIVE_BYTES, MAX_DEPTH, MAX_MANIFEST_BYTES, MAX_MESSAGE_CHARS,
+                                   MAX_RECORD_BYTES, MAX_RUNS, ImportReport, check_json_limits, record_from_json)
+from spanviz.store.bundle import BUNDLE, describe_runs, load_bundle
+from spanviz.store.keys import STORABLE, config_key, default_root
+from spanviz.store.results import ResultsStore
+
+__all__ = [
+    "BUNDLE", "EXPORT_FORMAT", "MAX_ARCHIVE_BYTES", "MAX_DEPTH", "MAX_MANIFEST_BYTES", "MAX_MESSAGE_CHARS",
+    "MAX_RECORD_BYTES", "MAX_RUNS", "STORABLE", "ImportReport", "ResultsStore", "check_json_limits", "config_key",
+    "default_root", "describe_runs", "load_bundle", "record_from_json",
+]

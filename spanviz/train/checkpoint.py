@@ -1,0 +1,229 @@
+"""Checkpoints: everything needed to continue a run exactly — weights, optimizer, RNG states, history, probe
+state — in one file, written atomically, read back with ``torch.load(weights_only=True)`` and checked before
+anything is built from it.
+
+A checkpoint is written at every evaluation by default (``TrainConfig.checkpoint_interval``) and never from
+non-finite weights, so after a divergence the last good checkpoint stays on disk. On CPU a run resumed from a
+checkpoint continues the very same loss curve, bit for bit.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from spanviz.files import atomic_write
+from spanviz.model import GPTConfig
+from spanviz.train.config import TrainConfig
+from spanviz.train.record import CONFIG_KEYS, RunRecord, to_json_text
+from spanviz.validators import check_int
+
+if TYPE_CHECKING:  # annotations only
+    from spanviz.train.loop import Trainer
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_FORMAT = "spanviz-checkpoint-1"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be used: missing, damaged, or not a spanviz checkpoint (names the file)."""
+
+
+CHECKPOINT_KEYS = ("format", "model_config", "train_config", "record", "step", "model", "optimizer", "rng")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint file read and checked by :func:`load_checkpoint`; nothing is built from it yet.
+
+    Attributes:
+        path: the file. model_cfg, train_cfg: the run's configs. record: its run record (history up to
+        ``step``). step: updates done. state: the raw contents (``model`` and ``optimizer`` state dicts,
+        ``rng``, ``probes``; see :meth:`Trainer.save_checkpoint`).
+    """
+
+    path: Path
+    model_cfg: GPTConfig
+    train_cfg: TrainConfig
+    record: RunRecord
+    step: int
+    state: dict[str, Any]
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0][:200]}" if text else type(error).__name__
+
+
+def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
+    """Read and check a checkpoint written by :meth:`Trainer.save_checkpoint` (``weights_only=True``).
+
+    Cheap (the file of a tiny GPT is small) and builds nothing, so a command can check a checkpoint before it
+    loads any data.
+
+    Raises:
+        CheckpointError: one sentence naming the file and what is wrong: missing, empty, unreadable
+            (truncated, random bytes, a pickle ``weights_only`` refuses), not a spanviz checkpoint, or an entry
+            missing or of the wrong type.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no checkpoint there" + (" (it is a folder)" if path.is_dir() else ""))
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"{path} is empty (a damaged checkpoint)")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # noqa: BLE001 - torch.load raises many types for damaged files; all mean "unreadable"
+        raise CheckpointError(f"{path} is damaged or not a checkpoint; torch.load says {_first_line(error)}") from None
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{path} is not a spanviz checkpoint (format {CHECKPOINT_FORMAT!r})")
+    missing = [k for k in CHECKPOINT_KEYS if k not in state]
+    if missing:
+        raise CheckpointError(f"{path} is damaged: entries {missing} are missing")
+    try:
+        model_cfg = GPTConfig.from_dict(json.loads(state["model_config"]))
+        train_cfg = TrainConfig.from_dict(json.loads(state["train_config"]))
+        record = RunRecord.from_json(state["record"])
+        step = state["step"]
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= train_cfg.steps:
+            raise ValueError(f"step must be an integer in [0, {train_cfg.steps}], got {step!r}")
+        if len(record.history.get("step", [])) < step:
+            raise ValueError(f"its history has fewer rows than its {step} updates")
+        for key in ("model", "optimizer", "rng"):
+            if not isinstance(state[key], dict):
+                raise ValueError(f"{key!r} must be a dict, got {type(state[key]).__name__}")
+    except (ValueError, TypeError) as error:
+        raise CheckpointError(f"{path} is damaged: {_first_line(error)}") from None
+    return Checkpoint(path, model_cfg, train_cfg, record, step, state)
+
+
+def nonfinite_parameter(model: nn.Module) -> str | None:
+    """Name of the first parameter of ``model`` holding a NaN or infinity, or None."""
+    for name, param in model.named_parameters():
+        if not torch.isfinite(param).all():
+            return name
+    return None
+
+
+def save_checkpoint(trainer: Trainer, path: str | os.PathLike[str]) -> Path:
+    """Save everything needed to continue ``trainer``'s run exactly, atomically (see :meth:`Trainer.save_checkpoint`).
+
+    Raises:
+        RuntimeError: a parameter is non-finite (a bad state is never written).
+    """
+    bad = nonfinite_parameter(trainer.model)
+    if bad is not None:
+        raise RuntimeError(f"refusing to save a checkpoint: parameter {bad} has non-finite values")
+    rng = trainer._rng.state
+    state = {
+        "format": CHECKPOINT_FORMAT,
+        "model_config": json.dumps(trainer.model_cfg.to_dict()),
+        "train_config": json.dumps(trainer.train_cfg.to_dict()),
+        "record": trainer.record.to_json(),
+        "step": trainer.step_count,
+        "model": trainer.model.state_dict(),
+        "optimizer": trainer.optimizer.state_dict(),
+        "rng": {"torch": rng["cpu"], "batch": trainer._batch_gen.get_state(),
+                **({"cuda": rng["cuda"]} if "cuda" in rng else {})},
+        "probes": to_json_text(trainer._probe_set.state_dict()),
+    }
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return atomic_write(path, buffer.getvalue())
+
+
+def resumed_configs(ckpt: Checkpoint, steps: int | None) -> tuple[TrainConfig, dict[str, Any]]:
+    """The train config and the extra record config of a run resumed from ``ckpt`` with a new total ``steps``.
+
+    Raises:
+        ValueError: ``steps`` not an integer >= 1, or below the updates the checkpoint holds.
+    """
+    train_cfg = ckpt.train_cfg
+    extra = {k: v for k, v in ckpt.record.config.items() if k not in CONFIG_KEYS}
+    if steps is not None and steps != train_cfg.steps:
+        steps = check_int("steps", steps, 1)
+        if steps < ckpt.step:
+            raise ValueError(f"steps={steps} is below the {ckpt.step} updates the checkpoint {ckpt.path} "
+                             "already holds; give at least that many")
+        extra["extended_from_steps"] = [*extra.get("extended_from_steps", []), train_cfg.steps]
+        train_cfg = replace(train_cfg, steps=steps)
+    return train_cfg, extra
+
+
+def restore(trainer: Trainer, ckpt: Checkpoint) -> None:
+    """Put the state of ``ckpt`` into a freshly built ``trainer``: weights, optimizer, RNG states, probe state,
+    step count, history and status.
+
+    Raises:
+        CheckpointError: the state does not fit the checkpoint's own configuration.
+    """
+    saved = ckpt.record
+    for part in ("data", "probes"):
+        if saved.config.get(part) != trainer.record.config[part]:
+            logger.warning("resume: %s differs from the checkpoint's (%s vs %s); the continued curve will "
+                           "not match the original run", part, trainer.record.config[part], saved.config.get(part))
+    state = ckpt.state
+    try:
+        trainer.model.load_state_dict(state["model"])
+        trainer.optimizer.load_state_dict(state["optimizer"])
+        trainer._rng.state["cpu"] = state["rng"]["torch"]
+        if "cuda" in trainer._rng.state:
+            if "cuda" in state["rng"]:
+                trainer._rng.state["cuda"] = state["rng"]["cuda"]
+            else:
+                logger.warning("resume: the checkpoint has no CUDA RNG state; dropout will differ from the "
+                               "original")
+        trainer._batch_gen.set_state(state["rng"]["batch"])
+        trainer._probe_set.load_state_dict(json.loads(state.get("probes", "{}")))
+    except (RuntimeError, ValueError, TypeError, KeyError) as error:
+        raise CheckpointError(f"{ckpt.path} is damaged: its state does not fit its own configuration "
+                              f"({_first_line(error)})") from None
+    trainer.step_count = ckpt.step
+    trainer.history.clear()
+    trainer.history.update(saved.history)  # same dict object as trainer.record.history
+    done = saved.status == "finished" and ckpt.step >= trainer.train_cfg.steps
+    trainer.record.status = "finished" if done else "running"
+    trainer.record.environment["resumed_from"] = str(ckpt.path)
+    if trainer.out_dir is not None and Path(ckpt.path).resolve() == (trainer.out_dir / "checkpoint.pt").resolve():
+        trainer.last_checkpoint = ckpt.step
+
+
+def on_disk(trainer: Trainer) -> str:
+    """What the output folder holds, as a sentence starting with a space (empty without an out_dir)."""
+    if trainer.out_dir is None:
+        return ""
+    if trainer.last_checkpoint is None:
+        return f" No checkpoint had been written yet; the history is in {trainer.out_dir / 'run.json'}."
+    return (f" The last good checkpoint ({trainer.last_checkpoint} of {trainer.train_cfg.steps} updates) is "
+            f"{trainer.out_dir / 'checkpoint.pt'}; the history is in {trainer.out_dir / 'run.json'}.")
+
+
+def save_outputs(trainer: Trainer, *, checkpoint: bool) -> None:
+    """Write run.json (and checkpoint.pt) into ``trainer.out_dir`` (nothing without one); non-finite weights turn
+    the run "diverged" instead of being checkpointed, so the last good checkpoint stays."""
+    if trainer.out_dir is None:
+        return
+    if checkpoint:
+        bad = nonfinite_parameter(trainer.model)
+        if bad is None:
+            trainer.save_checkpoint(trainer.out_dir / "checkpoint.pt")
+            trainer.last_checkpoint = trainer.step_count
+        else:
+            trainer.record.status = "diverged"
+            trainer.record.message = (f"diverged: parameter {bad} became non-finite by update "
+                                      f"{trainer.step_count}; try a lower lr or gradient clipping.{on_disk(trainer)}")
+            logger.warning("run diverged: %s", trainer.record.message)
+    if trainer.record.status == "running":
+        held = ("no checkpoint yet" if trainer.last_checkpoint is None
+                else f"checkpoint.pt holds {trainer.last_checkpoint} updates")
+        trainer.record.message = f"{trainer.step_count} of {trainer.train_cfg.steps} updates done; {held}"
+    trainer.record.save(trainer.out_dir / "run.json")

@@ -1,0 +1,407 @@
+"""The training loop: :class:`Trainer` trains one :class:`~spanviz.model.TinyGPT` on a
+:class:`~spanviz.data.TokenData` with AdamW. :func:`update` is one optimizer update — the part to read first.
+
+The loop is step-wise, so a notebook UI can interleave work with drawing: ``trainer.step(n)`` runs ``n``
+updates and returns their history rows; ``trainer.run()`` blocks until ``train_cfg.steps``. It knows nothing of
+what is measured: probes and row callbacks do that (:mod:`spanviz.train.callbacks`), the history is grown by
+:func:`~spanviz.train.record.append_rows`, checkpoints are written by :mod:`spanviz.train.checkpoint`.
+
+Step numbering: row ``step`` = s is the s-th optimizer update, 0-based (s = 0 … steps − 1).
+``train_loss`` is the loss of that update's batch (before the update), ``lr`` the learning rate it used,
+``grad_norm`` the global L2 norm of the gradients *before* clipping, ``val_loss`` the mean loss on the fixed
+evaluation batches measured *after* the update (``None`` on rows without evaluation), ``tokens_per_s`` the
+training throughput of that update (batch, forward, backward, optimizer; evaluation and probes excluded).
+
+Determinism: one ``seed`` controls the initial weights, the training batches (a private ``torch.Generator``)
+and dropout (a private copy of torch's RNG state, swapped in for each step). The trainer therefore never
+disturbs, and is never disturbed by, other users of torch's global RNG (another trainer in the same
+process, a probe that draws random numbers). On CPU the same seed gives the same loss curve bit for bit,
+and a run resumed from a checkpoint continues the very same curve.
+
+Non-finite numbers: a non-finite training loss or gradient norm stops the run *before* the optimizer step
+(the model keeps its last weights), a non-finite validation loss stops it after; status becomes
+``"diverged"``, the offending row stays in the history, and no checkpoint is written from then on, so the
+last good checkpoint stays on disk.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from spanviz import data as data_lib
+from spanviz.model import GPTConfig, TinyGPT
+from spanviz.modes import eval_mode
+from spanviz.train.callbacks import Probe, ProbeSet, ProgressBar
+from spanviz.train.checkpoint import (Checkpoint, load_checkpoint, on_disk, restore, resumed_configs, save_checkpoint,
+                                      save_outputs)
+from spanviz.train.config import TrainConfig, check_data, check_runnable, lr_at
+from spanviz.train.guards import PrivateRNG, deferred_sigint
+from spanviz.train.record import CORE_KEYS, RunRecord, append_rows, environment, run_config
+from spanviz.validators import check_int
+
+logger = logging.getLogger(__name__)
+
+
+def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: Tensor, y: Tensor, lr: float,
+           grad_clip: float | None, autocast: AbstractContextManager[Any] | None = None) -> tuple[float, float | None]:
+    """One optimizer update on the batch ``(x, y)``, both (B, T) token ids: forward, backward, clip, step.
+
+    Args:
+        lr: the learning rate of this update (:func:`~spanviz.train.config.lr_at`). grad_clip: clip the global
+            gradient L2 norm to this value (None = off). autocast: the context of the forward pass (bf16).
+    Returns:
+        ``(train_loss, grad_norm)``: the batch's loss before the update [nats] and the gradient norm before
+        clipping (None when the loss is non-finite). A non-finite loss or gradient norm skips the step, so
+        the weights stay as they were.
+    """
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    model.train()
+    with autocast or nullcontext():
+        _, loss = model(x, y)  # (B, T) ids → mean cross-entropy, a scalar
+    train_loss = loss.item()
+    if not math.isfinite(train_loss):
+        return train_loss, None  # stop before the backward pass: nothing to learn from
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    # ‖g‖ = sqrt(Σ_p ‖∂L/∂p‖²); if ‖g‖ > grad_clip every gradient is scaled by grad_clip / ‖g‖
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip or math.inf).item()
+    if math.isfinite(grad_norm):
+        optimizer.step()  # AdamW, decoupled weight decay on the ≥ 2-D parameters
+    return train_loss, grad_norm
+
+
+class Trainer:
+    """Trains a :class:`~spanviz.model.TinyGPT` with AdamW, step by step; keeps a :class:`RunRecord`.
+
+    Args:
+        model_cfg: the architecture (its ``context_length`` T is the training sequence length).
+        train_cfg: optimizer, schedule, evaluation, device, seed.
+        data: a :class:`spanviz.data.TokenData` (or anything with ``train_ids``, ``eval_ids`` — 1-D integer
+            tensors —, ``vocab_size`` and ``describe()``). Batches come from :func:`spanviz.data.get_batch`.
+        probes: :class:`Probe` objects, run every ``probe.every`` updates.
+        callbacks: ``cb(trainer, row)`` called after every update (also the diverged one), after probes and
+            checkpoints; may call ``trainer.request_stop()``. Exceptions propagate.
+        out_dir: folder for ``run.json`` and ``checkpoint.pt``; None = keep everything in memory. ``run.json``
+            (status "running") is written when training starts, both files at every checkpoint (see
+            ``TrainConfig.checkpoint_interval``: by default after every evaluation) and when the run ends;
+            only ``run.json`` when it diverges, so the last good checkpoint stays on disk.
+        extra_config: JSON-able entries added to ``record.config`` (e.g. ``{"variant": "qk4", "seed": 1}``);
+            they are part of the results-store key.
+
+    Attributes:
+        model (TinyGPT, on ``device``), optimizer (AdamW), device, model_cfg, train_cfg, data, probes (tuple),
+        callbacks (list; may be appended to),
+        step_count (updates done), history (dict of lists, also ``record.history``), record (:class:`RunRecord`),
+        eval_batches (the ``eval_iters`` fixed (x, y) pairs, (B, T) long), probe_batch (the first B
+        consecutive windows of the eval split, (x, y), (B', T) long with B' <= B).
+
+    Raises:
+        ValueError: bad configs, probes, callbacks or data (e.g. ``model_cfg.vocab_size`` smaller than the
+            data's, ids shorter than T + 1), anything :func:`check_runnable` refuses (an unavailable device,
+            bf16 or FlexAttention without CUDA, a run that does not fit in memory) — before any compute.
+
+    Thread safety: only :meth:`request_stop` may be called from another thread while a step runs.
+    """
+
+    def __init__(
+        self,
+        model_cfg: GPTConfig,
+        train_cfg: TrainConfig,
+        data: Any,
+        *,
+        probes: Sequence[Probe] = (),
+        callbacks: Sequence[Callable[[Trainer, dict[str, Any]], None]] = (),
+        out_dir: str | os.PathLike[str] | None = None,
+        extra_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.device = check_runnable(model_cfg, train_cfg)
+        check_data(data, model_cfg)
+        self._probe_set = ProbeSet(probes)
+        self.probes = self._probe_set.probes
+        self.callbacks = list(callbacks)
+        for i, cb in enumerate(self.callbacks):
+            if not callable(cb):
+                raise ValueError(f"callbacks[{i}] must be callable as cb(trainer, row), got {cb!r}")
+        self.model_cfg, self.train_cfg, self.data = model_cfg, train_cfg, data
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        config = run_config(model_cfg, train_cfg, data, self.probes, extra_config)
+
+        # One seed: weights (CPU init, then moved), dropout (our own copy of torch's RNG), batches.
+        self._rng = PrivateRNG(self.device)
+        with self._rng.seeded(train_cfg.seed):
+            self.model = TinyGPT(model_cfg).to(self.device)
+        self._batch_gen = torch.Generator().manual_seed(train_cfg.seed)
+
+        decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() >= 2]
+        no_decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() < 2]
+        self.optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": train_cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=lr_at(0, train_cfg),
+            betas=(train_cfg.beta1, train_cfg.beta2),
+        )
+
+        B, T = train_cfg.batch_size, model_cfg.context_length
+        self.eval_batches = list(
+            data_lib.iter_eval_batches(data.eval_ids, B, T, n_batches=train_cfg.eval_iters, device=self.device)
+        )
+        self.probe_batch = next(data_lib.iter_eval_batches(data.eval_ids, B, T, device=self.device))
+
+        self.step_count = 0
+        self.history: dict[str, list[Any]] = {key: [] for key in CORE_KEYS}
+        self.record = RunRecord(config=config, environment=environment(self.device), history=self.history)
+        self._stop = threading.Event()
+        self._in_update = False  # True from the batch draw to the appended row
+        self._torn = False  # interrupted inside an update: in-memory state may be half-updated
+        self._announced = False  # run.json written with status "running" by this trainer
+        self.last_checkpoint: int | None = None  # step_count of the checkpoint in out_dir, if any
+        logger.info("Trainer: %d parameters on %s, %d steps of %d×%d tokens",
+                    self.model.num_params(), self.device, train_cfg.steps, B, T)
+
+    # ---------------------------------------------------------------------------------- the update
+    def _update(self) -> dict[str, Any]:
+        """One optimizer update, then its measurements (evaluation, probes) and bookkeeping; returns the row."""
+        cfg, s = self.train_cfg, self.step_count
+        B, T = cfg.batch_size, self.model_cfg.context_length
+        lr = lr_at(s, cfg)
+        start = time.perf_counter()
+        with self._rng.active():
+            x, y = data_lib.get_batch(self.data.train_ids, B, T, self._batch_gen, self.device)  # (B, T), (B, T)
+            train_loss, grad_norm = update(self.model, self.optimizer, x, y, lr, cfg.grad_clip, self._autocast())
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        row: dict[str, Any] = {"step": s, "train_loss": train_loss, "val_loss": None, "lr": lr,
+                               "grad_norm": grad_norm, "tokens_per_s": B * T / (time.perf_counter() - start)}
+
+        if not math.isfinite(train_loss) or grad_norm is None or not math.isfinite(grad_norm):
+            what, value = ("train loss", train_loss) if not math.isfinite(train_loss) else ("gradient norm", grad_norm)
+            append_rows(self.history, [row])
+            self._diverge(f"{what} is {value} at update {s}; stopped before the optimizer step")
+            return row
+        self.step_count += 1
+        last = self.step_count == cfg.steps
+        if s % cfg.eval_interval == 0 or last:
+            row["val_loss"] = self.evaluate()
+        self._probe_set.measure(self, row, last)
+        append_rows(self.history, [row])
+        if row["val_loss"] is not None and not math.isfinite(row["val_loss"]):
+            self._diverge(f"validation loss is {row['val_loss']} after update {s}")
+        elif last:
+            best = self.record.best_val_loss
+            self._end("finished", f"finished {cfg.steps} updates; best val loss {best:.4f}", checkpoint=True)
+        elif self.out_dir is not None and cfg.checkpoint_due(self.step_count, row["val_loss"] is not None):
+            save_outputs(self, checkpoint=True)
+        return row
+
+    # --------------------------------------------------------------------------------------- control
+    @property
+    def done(self) -> bool:
+        """True unless the status is "running" (finished, stopped, diverged or interrupted)."""
+        return self.record.status != "running"
+
+    def request_stop(self) -> None:
+        """Ask the trainer to stop at the next step boundary (thread-safe; e.g. a UI Stop button).
+
+        The running ``step(n)`` / ``run()`` returns after the current update with status "stopped" (a
+        checkpoint is written when there is an ``out_dir``). The request is consumed: a later ``step()`` or
+        ``run()`` continues the run.
+        """
+        self._stop.set()
+
+    def step(self, n: int = 1) -> list[dict[str, Any]]:
+        """Run up to ``n`` optimizer updates and return their history rows.
+
+        Stops early when the run finishes, diverges, or a stop was requested. Returns ``[]`` once the run
+        finished or diverged. A Ctrl-C (main thread) ends the run cleanly after the current update, as in
+        :meth:`run`.
+
+        Raises:
+            ValueError: ``n`` not an integer >= 1.
+            KeyboardInterrupt: after Ctrl-C, once the record (and checkpoint) are saved.
+            RuntimeError: the trainer was interrupted inside an update earlier (resume from the checkpoint).
+        """
+        return self._loop(check_int("n", n, 1), None)
+
+    def run(self, progress: bool | Callable[[dict[str, Any]], None] | None = None) -> RunRecord:
+        """Train until ``train_cfg.steps`` updates are done (or the run stops, diverges or is interrupted).
+
+        Args:
+            progress: None; a callable ``fn(row)`` called after every update; or True for a
+                :class:`~spanviz.train.callbacks.ProgressBar` (``tqdm.auto``, meant for the command line).
+        Returns:
+            ``self.record`` with status "finished", "stopped" or "diverged" (divergence does not raise).
+        Raises:
+            KeyboardInterrupt: re-raised after Ctrl-C, *after* the record (status "interrupted") and, with an
+                ``out_dir``, a checkpoint of the last complete update were saved. The first Ctrl-C lets the
+                current update finish; a second one interrupts at once (then no checkpoint is written,
+                since the weights may be half-updated, and this trainer refuses further steps).
+        """
+        remaining = self.train_cfg.steps - self.step_count
+        if remaining <= 0 or self.record.status == "diverged":
+            return self.record
+        if progress is True:
+            with ProgressBar(self) as bar:
+                self._loop(remaining, bar)
+        else:
+            self._loop(remaining, progress)
+        return self.record
+
+    # ------------------------------------------------------------------------------------------ loop
+    def _loop(self, n: int, on_row: Callable[[dict[str, Any]], None] | None) -> list[dict[str, Any]]:
+        """Up to ``n`` updates; each followed by callbacks, ``on_row``, and the stop / Ctrl-C checks."""
+        if self._torn:
+            raise RuntimeError("this trainer was interrupted inside an update, so its state may be half-updated; "
+                               "continue from its last checkpoint (Trainer.resume)")
+        rows: list[dict[str, Any]] = []
+        if self.record.status in ("finished", "diverged") or self.step_count >= self.train_cfg.steps:
+            return rows
+        self.record.status, self.record.message = "running", ""
+        if self.out_dir is not None and not self._announced:
+            save_outputs(self, checkpoint=False)  # a run killed before its first checkpoint still leaves a trace
+            self._announced = True
+        with deferred_sigint() as sigint:
+            try:
+                for _ in range(n):
+                    if self._honour_stop():
+                        break
+                    self._in_update = True
+                    row = self._update()
+                    self._in_update = False
+                    rows.append(row)
+                    for cb in self.callbacks:
+                        cb(self, row)
+                    if on_row is not None:
+                        on_row(row)
+                    if self.done or self._honour_stop() or sigint["pending"]:
+                        break
+                if sigint["pending"]:
+                    raise KeyboardInterrupt
+            except KeyboardInterrupt:
+                self._interrupted()
+                raise
+        return rows
+
+    def _interrupted(self) -> None:
+        """Record a Ctrl-C: checkpoint the last complete update, unless it struck inside an update."""
+        if self._in_update:
+            self._torn = True
+            self._end("interrupted", f"interrupted inside update {self.step_count}: the in-memory state may be "
+                      f"half-updated, so no checkpoint was written.{on_disk(self)}", checkpoint=False)
+        elif not self.done:
+            self._end("interrupted", f"interrupted by Ctrl-C after {self.step_count} of {self.train_cfg.steps} "
+                      "updates", checkpoint=True)
+            if self.out_dir is not None:
+                self.record.message += f".{on_disk(self)}"
+                save_outputs(self, checkpoint=False)
+
+    def _honour_stop(self) -> bool:
+        if not self._stop.is_set():
+            return False
+        self._stop.clear()
+        if not self.done:
+            self._end("stopped", f"stopped by request after {self.step_count} of {self.train_cfg.steps} updates",
+                      checkpoint=True)
+        return True
+
+    def _autocast(self) -> Any:
+        if self.train_cfg.dtype == "bfloat16":
+            return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+        return nullcontext()
+
+    # ------------------------------------------------------------------------------ ending and saving
+    def _diverge(self, what: str) -> None:
+        clip = self.train_cfg.grad_clip
+        hint = (f"try a lower lr (peak lr={self.train_cfg.lr:g})"
+                + (" or enable gradient clipping (grad_clip=1.0)" if clip is None
+                   else f" or a smaller grad_clip (now {clip:g})"))
+        self._end("diverged", f"diverged: {what}; {hint}.{on_disk(self)}", checkpoint=False)
+
+    def _end(self, status: str, message: str, *, checkpoint: bool) -> None:
+        self.record.status, self.record.message = status, message
+        (logger.warning if status in ("diverged", "interrupted") else logger.info)("run %s: %s", status, message)
+        save_outputs(self, checkpoint=checkpoint)
+
+    def save_checkpoint(self, path: str | os.PathLike[str]) -> Path:
+        """Save everything needed to continue this run exactly, atomically (old file kept on error).
+
+        Contents (loadable with ``torch.load(path, weights_only=True)``): ``format``, ``model_config`` and
+        ``train_config`` (JSON strings), ``record`` (the run record as JSON text, history included), ``step``,
+        ``model`` and ``optimizer`` state dicts, ``rng`` (``torch``: CPU RNG state, ``cuda`` when on CUDA,
+        ``batch``: the batch generator's state, all uint8 tensors), ``probes`` (JSON string of the state of
+        probes that have ``state_dict()``).
+
+        Returns:
+            The path written.
+        Raises:
+            RuntimeError: a parameter is non-finite (a bad state is never written).
+        """
+        return save_checkpoint(self, path)
+
+    @classmethod
+    def resume(
+        cls,
+        path: str | os.PathLike[str] | Checkpoint,
+        data: Any,
+        *,
+        probes: Sequence[Probe] = (),
+        callbacks: Sequence[Callable[[Trainer, dict[str, Any]], None]] = (),
+        out_dir: str | os.PathLike[str] | None = None,
+        steps: int | None = None,
+    ) -> Trainer:
+        """Continue a run from a checkpoint written by :meth:`save_checkpoint`.
+
+        Restores model, optimizer, step count, history, record config (incl. extra entries), RNG states and
+        the state of probes (matched by name) that have ``load_state_dict``. On CPU the continued loss
+        curve is bit-for-bit the one an uninterrupted run would have produced. The status becomes "running"
+        (or stays "finished").
+
+        Args:
+            path: the checkpoint file, or a :class:`Checkpoint` from :func:`load_checkpoint`.
+            data: the same token data as the original run (a different ``describe()`` is logged as a warning:
+                the curve will not match). probes, callbacks, out_dir: as in :class:`Trainer` (pass the same
+                probes to keep the same history columns).
+            steps: a new total number of updates, >= the updates already done (None = the saved total). A
+                larger total extends the run, also a finished one: the updates still to do follow the
+                learning-rate schedule of the new total (:func:`lr_at` decays over ``steps``), so the
+                extension equals the tail of an uninterrupted run of the new length exactly when the
+                schedule does not depend on the total (``min_lr_ratio=1``). ``config["extended_from_steps"]``
+                lists the totals the run had before each extension (so the results store keeps an extended
+                run apart from a fresh one).
+        Raises:
+            ValueError: a damaged or foreign checkpoint (:class:`CheckpointError`, naming the file), a
+                ``steps`` below the updates done, or configs / data that do not fit (see :class:`Trainer`).
+        """
+        ckpt = path if isinstance(path, Checkpoint) else load_checkpoint(path)
+        train_cfg, extra = resumed_configs(ckpt, steps)
+        trainer = cls(ckpt.model_cfg, train_cfg, data, probes=probes, callbacks=callbacks, out_dir=out_dir,
+                      extra_config=extra)
+        restore(trainer, ckpt)
+        return trainer
+
+    # ------------------------------------------------------------------------------------- evaluation
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        """Mean cross-entropy [nats] over the ``eval_iters`` fixed evaluation batches.
+
+        The batches are the same at every call (evenly spaced windows of the eval split, see
+        :func:`spanviz.data.iter_eval_batches`); the model is in eval mode without gradients, and its
+        previous mode is restored.
+        """
+        losses = []
+        with eval_mode(self.model):
+            for x, y in self.eval_batches:
+                with self._autocast():
+                    _, loss = self.model(x, y)  # x, y: (B, T) → scalar
+                losses.append(loss.float())
+        return torch.stack(losses).mean().item()

@@ -1,0 +1,73 @@
+"""Argument checks shared by every module: one message style, ``ValueError`` naming the field, the value and
+what is allowed (``"n_head must be an integer >= 1, got 0"``), raised before any compute."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from numbers import Integral, Real
+from typing import Any
+
+
+def check_int(name: str, value: Any, low: int | None = None, high: int | None = None) -> int:
+    """``value`` as an int when it is an integer (numpy integers too, never a bool) in [low, high].
+
+    Raises:
+        ValueError: ``"{name} must be an integer >= low (in [low, high]), got value"``.
+    """
+    ok = isinstance(value, Integral) and not isinstance(value, bool)
+    if not ok or (low is not None and value < low) or (high is not None and value > high):
+        if low is None and high is None:
+            allowed = "an integer"
+        elif high is None:
+            allowed = f"an integer >= {low}"
+        elif low is None:
+            allowed = f"an integer <= {high}"
+        else:
+            allowed = f"an integer in [{low}, {high}]"
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+    return int(value)
+
+
+def check_float(name: str, value: Any, low: float = -math.inf, high: float = math.inf, *, low_open: bool = False,
+                high_open: bool = False) -> float:
+    """``value`` as a float when it is a finite real number (numpy numbers too, never a bool) in the interval.
+
+    Raises:
+        ValueError: ``"{name} must be a finite number in [low, high], got value"`` (brackets as open or closed).
+    """
+    ok = isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
+    if ok:
+        ok = (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+    if not ok:
+        interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open or high == math.inf else ']'}"
+        raise ValueError(f"{name} must be a finite number in {interval}, got {value!r}")
+    return float(value)
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """``value`` when it is True or False. Raises: ValueError ``"{name} must be True or False, got value"``."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def check_choice(name: str, value: Any, allowed: Iterable[Any]) -> Any:
+    """``value`` when it is one of ``allowed``. Raises: ValueError ``"{name} must be one of (...), got value"``."""
+    allowed = tuple(allowed)
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+    return value
+
+
+def check_fields(cls: type, d: Any) -> dict[str, Any]:
+    """``dict(d)`` when every key of the mapping ``d`` names a field of the dataclass ``cls`` (for ``from_dict``).
+
+    Raises:
+        ValueError: ``"unknown {cls.__name__} field(s) [...]; allowed: [...]"``.
+    """
+    known = set(cls.__dataclass_fields__)  # the config dataclasses have no ClassVar / InitVar pseudo-fields
+    unknown = set(d) - known
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} field(s) {sorted(unknown)}; allowed: {sorted(known)}")
+    return dict(d)

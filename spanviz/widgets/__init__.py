@@ -1,0 +1,47 @@
+"""Notebook panels: ipywidgets controls + plotly figures, live training in a background thread.
+
+Panels (each a class with ``.widget`` to display, ``.controls`` and ``.views`` dicts, and ``train()``):
+
+* :class:`SpansPanel` — α0..α3, preset, layer/head: the score-gradient blocks of one head on a fixed batch,
+  the T = 3 toy, principal angles; Train compares the α setting against the standard gradient and its seed
+  noise.
+* :class:`LocalGlobalPanel` — n_local, window p, context T, learning rate: per-head masks; Train compares
+  MHSA with LS-attention (max logit per layer and loss, live).
+* :class:`FP8Panel` — rank r, δ, margin: bounds vs rank (analytic); Train with an LR spike shows observed max
+  logit, bounds, scales and overflow counts per strategy, live.
+* :class:`TrainingPanel` — the generic part: Train / Continue / Stop, progress per run, status / error area,
+  live loss curves with seed bands, results-store replays. The technique panels embed one.
+
+Layout of the package: controls and layout only. :mod:`.figures` (:class:`FigureView`, static mode, layout
+helpers), :mod:`.training` (:class:`TrainingPanel`, default data / store / settings), :mod:`.panel` (the base
+class :class:`Panel` of the three technique panels), one file per technique panel. What a panel computes comes
+from the technique packages (:class:`spanviz.spans.view.ScoreGradientViews`, :func:`spanviz.local_global.head_masks`,
+:class:`spanviz.fp8.BoundsVsRank`) and what it draws from :mod:`spanviz.plots`.
+
+Rendering: a :class:`FigureView` holds a :class:`spanviz.figure_widget.PlotlyFigure` (JupyterLab, Notebook 7;
+the figure's whole state is synced, see that module for why not ``go.FigureWidget``) or, where custom widgets
+render unreliably (Colab, VS Code), a static ``go.Figure`` re-rendered into an ``Output`` (:func:`use_static`;
+override with ``static=`` or ``SPANVIZ_STATIC=1`` / ``0``). Updates push only trace data (``plots.*_data``);
+a new trace structure shows a newly built figure in the same widget.
+
+Training: :class:`spanviz.runner.Runner` — a daemon thread, refreshes at most ``refresh_hz`` (4 Hz) so the
+kernel stays responsive; Stop ends a run after the current optimizer step; errors are shown in the panel.
+``train(blocking=True)`` or ``SPANVIZ_BLOCKING=1`` runs in the caller's thread (scripts, CI).
+"""
+
+from spanviz.plots import fp8_series
+from spanviz.widgets.figures import DATA_KEYS, FigureView, use_static
+from spanviz.widgets.fp8 import FP8Panel
+from spanviz.widgets.local_global import MASK_ZOOM, MAX_LOGIT_VIEW, LocalGlobalPanel
+from spanviz.widgets.panel import ANALYTIC_THREADS, DEFAULT_PANEL_MODEL, Panel
+from spanviz.widgets.spans import SpansPanel
+from spanviz.widgets.training import (
+    LOSS_VIEW, TRAIN_THREADS, History, LiveView, RunSpec, TrainingPanel, default_data, default_store,
+    default_train_cfg,
+)
+
+__all__ = [
+    "ANALYTIC_THREADS", "DATA_KEYS", "DEFAULT_PANEL_MODEL", "LOSS_VIEW", "MASK_ZOOM", "MAX_LOGIT_VIEW", "TRAIN_THREADS",
+    "FP8Panel", "FigureView", "History", "LiveView", "LocalGlobalPanel", "Panel", "RunSpec", "SpansPanel",
+    "TrainingPanel", "default_data", "default_store", "default_train_cfg", "fp8_series", "use_static",
+]

@@ -1,0 +1,169 @@
+"""The FP8 panel: rank r, δ, margin over the bounds vs rank and the scale table; Train with an LR spike."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+import ipywidgets as W
+import numpy as np
+import plotly.graph_objects as go
+
+from spanviz import fp8, plots
+from spanviz.model import GPTConfig
+from spanviz.runner import TrainerLike
+from spanviz.train import TrainConfig
+from spanviz.widgets.figures import FigureView, side_by_side, slider
+from spanviz.widgets.panel import ANALYTIC_THREADS, Panel
+from spanviz.widgets.training import LOSS_VIEW, History, LiveView, RunSpec
+
+
+def _fp8_runs(histories: Mapping[str, History]) -> dict[str, Any] | None:
+    for h in histories.values():
+        if any(k.startswith("fp8/L") for k in h):
+            return plots.fp8_series(h)
+    return None
+
+
+def _fp8_data(histories: Mapping[str, History]) -> list[dict[str, Any]]:
+    s = _fp8_runs(histories)
+    return [] if s is None else plots.fp8_panel_data(**s)
+
+
+class FP8Panel(Panel):
+    """Rank-aware FP8 logit bounds (arXiv 2602.18851; bounds are spanviz's reconstruction), interactively.
+
+    Analytic view (instant): for random weights of one head (d_model, d_head from ``model_cfg``) the worst
+    case, rank-agnostic and rank-aware bounds (times 2^margin: the largest |S| the scale picked from each
+    holds) and the observed max |S| versus the rank r of W^Q W^Kᵀ (:class:`spanviz.fp8.BoundsVsRank`), the
+    picked r ringed; a table of the E4M3 scale each strategy would use at
+    r with the δ and margin sliders. Train: a TinyGPT with rank-r queries, an LR spike (× factor at a step),
+    live observed max logit vs bounds, scales and overflow counts per strategy (``FP8Probe``).
+
+    Args:
+        model_cfg: base model (default 2 layers, 4 heads, d_model 128, T 64); qk_rank from the slider.
+        train_cfg: base ``TrainConfig`` (default :func:`default_train_cfg`); the sliders set its
+            ``lr_spike_start`` / ``lr_spike_factor`` / ``lr_spike_steps`` (factor 1 = no spike).
+        data, store, trainer_factory, static, refresh_hz: see :class:`TrainingPanel`.
+    """
+
+    def __init__(
+        self,
+        model_cfg: GPTConfig | None = None,
+        *,
+        train_cfg: TrainConfig | None = None,
+        data: Any = None,
+        store: Any = "auto",
+        trainer_factory: Callable[[RunSpec, Any], TrainerLike] | None = None,
+        static: bool | None = None,
+        refresh_hz: float = 4.0,
+    ) -> None:
+        super().__init__(model_cfg, train_cfg, static)
+        cfg = self.model_cfg
+        dh = cfg.d_head
+        self.bounds = fp8.BoundsVsRank(cfg.d_model, dh, cfg.context_length, threads=ANALYTIC_THREADS)
+        c = self.controls
+        c["rank"] = slider(W.IntSlider, "rank r", dh, min=1, max=dh)
+        c["delta"] = slider(W.FloatLogSlider, "δ", 1e-3, base=10, min=-9, max=-1, step=0.5)
+        c["margin"] = slider(W.IntSlider, "margin (2^m headroom)", 0, min=0, max=4)
+        c["spike_step"] = slider(W.IntSlider, "LR spike at step", 100, continuous=False, min=0, max=1000, step=10)
+        c["spike_factor"] = slider(W.FloatLogSlider, "LR spike ×", 10.0, continuous=False, base=10, min=0, max=2,
+                                   step=0.25)
+        c["spike_steps"] = slider(W.IntSlider, "LR spike length", 5, continuous=False, min=1, max=50)
+        self.scales = W.HTML()
+        self.views["bounds"] = FigureView(self._bounds_figure(), static=self.static, name="bounds")
+        self._update_scales()
+        for name in ("rank", "delta", "margin"):
+            c[name].observe(lambda _ch: self.update_bounds(), names="value")
+        self._spike, self._max_step = self._planned_spike()
+        self._attach_training([LiveView("fp8", _fp8_data, self._fp8_build), LOSS_VIEW], data=data, store=store,
+                              trainer_factory=trainer_factory, refresh_hz=refresh_hz)
+        for name in ("spike_step", "spike_factor", "spike_steps"):
+            c[name].observe(lambda _ch: self._mark_spike(), names="value")
+        note = W.HTML(
+            "<small>The LR spike sliders apply to the next <b>Train</b>; the orange band marks the spike. The jump "
+            "of the max logit in the first few dozen steps, and the bump in the loss with it, is the heads starting "
+            "to attend (their logits start near 0 and grow as the learning rate warms up), not the spike.</small>")
+        self.widget = W.VBox([
+            W.HBox([
+                W.VBox([c["rank"], c["delta"], c["margin"]]),
+                W.VBox([c["spike_step"], c["spike_factor"], c["spike_steps"]]),
+            ]),
+            side_by_side((self.views["bounds"].widget, "64%"), (self.scales, "36%")),
+            note,
+            self.training.widget,
+        ])
+
+    def _settings(self) -> tuple[float, int, int]:
+        """(δ, margin, r) from the sliders."""
+        c = self.controls
+        return float(c["delta"].value), int(c["margin"].value), int(c["rank"].value)
+
+    def rows(self) -> list[dict[str, float]]:
+        """Bounds vs rank for r = 1..d_head at the current δ: ``fp8.random_bounds_vs_rank`` rows
+        (:meth:`spanviz.fp8.BoundsVsRank.rows`: the random draw is made once, a new δ re-evaluates only the
+        bounds)."""
+        return self.bounds.rows(float(self.controls["delta"].value))
+
+    def _bounds_figure(self) -> go.Figure:
+        return plots.bound_vs_rank_figure(
+            **self.bounds.curves(*self._settings()),
+            title="largest |S| each strategy's E4M3 scale holds (bound × 2^margin) vs rank r")
+
+    def _update_scales(self) -> None:
+        delta, margin, r = self._settings()
+        row = self.bounds.row(delta, r)
+        lines = [f"<tr><td>{s['strategy']}</td><td>{s['bound']:.3g}</td><td>{s['scale']:.3g}</td>"
+                 f"<td>{s['used']:.1%}</td></tr>" for s in self.bounds.scales(delta, margin, r)]
+        self.scales.value = (
+            f"<b>r = {r}</b>, γ = {row['gamma']:.3g}, σ = {row['sigma']:.3g}, observed max |S| = "
+            f"{row['observed_max']:.3g}<table><tr><th>strategy</th><th>bound</th><th>E4M3 scale</th>"
+            f"<th>range used</th></tr>{''.join(lines)}</table>"
+        )
+
+    def update_bounds(self) -> None:
+        """Redraw the bounds-vs-rank view and the scale table for the current r, δ, margin."""
+        self.views["bounds"].update(plots.bound_vs_rank_data(**self.bounds.curves(*self._settings())),
+                                    build=self._bounds_figure)
+        self._update_scales()
+
+    def _specs(self) -> list[RunSpec]:
+        c = self.controls
+        data = self.training.data()
+        r = int(c["rank"].value)
+        cfg = replace(self.model_cfg, vocab_size=data.vocab_size, qk_rank=None if r == self.model_cfg.d_head else r)
+        train_cfg = self._spiked_train_cfg()
+        self._spike, self._max_step = self._planned_spike(train_cfg)
+        probe = fp8.FP8Probe(every=1, delta=float(c["delta"].value), margin=float(c["margin"].value))
+        return [RunSpec(f"rank {r}", cfg, train_cfg, (probe,))]
+
+    def _spiked_train_cfg(self) -> TrainConfig:
+        c = self.controls
+        train_cfg = self.train_cfg()
+        factor = float(c["spike_factor"].value)
+        start = min(int(c["spike_step"].value), train_cfg.steps - 1)
+        return replace(train_cfg, lr_spike_factor=factor, lr_spike_start=start,
+                       lr_spike_steps=int(c["spike_steps"].value) if factor != 1.0 else 0)
+
+    def _planned_spike(self, train_cfg: TrainConfig | None = None) -> tuple[tuple[int, int, float] | None, int]:
+        """((first step, steps, factor) of the LR spike or None, the run's last step) for ``train_cfg``
+        (default: what the sliders would train)."""
+        cfg = train_cfg or self._spiked_train_cfg()
+        spike = (cfg.lr_spike_start, cfg.lr_spike_steps, cfg.lr_spike_factor) if cfg.lr_spike_steps else None
+        return spike, cfg.steps
+
+    def _mark_spike(self) -> None:
+        """Move the spike mark to the sliders' setting (not while a run is going: it trains the old one)."""
+        if self.training.runner.running:
+            return
+        self._spike, self._max_step = self._planned_spike()
+        ready = {k: h for k, h in self.training.histories.items() if h.get("step")}
+        self.views["train/fp8"].replace(self._fp8_build(ready))
+
+    def _fp8_build(self, histories: Mapping[str, History]) -> go.Figure:
+        s = _fp8_runs(histories)
+        if s is None:
+            empty = np.zeros(0)
+            s = {"steps": empty, "observed": empty, "bounds": {}, "scales": {}, "overflows": {}}
+        return plots.fp8_panel_figure(**s, spike=self._spike, max_step=self._max_step)

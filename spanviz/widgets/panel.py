@@ -1,0 +1,73 @@
+"""The one base class of the technique panels: what SpansPanel, LocalGlobalPanel and FP8Panel share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import ipywidgets as W
+
+from spanviz.model import GPTConfig
+from spanviz.runner import Runner, TrainerLike
+from spanviz.train import TrainConfig
+from spanviz.widgets.figures import FigureView, use_static
+from spanviz.widgets.training import LiveView, RunSpec, TrainingPanel, default_train_cfg
+
+ANALYTIC_THREADS = 1
+"""torch intra-op threads for the panels' analytic views (decompositions, masks, bounds): their tensors are tiny,
+and on a busy CPU more threads spin-wait for each other — a 1 ms decomposition took 0.3–0.5 s with 2 threads
+on a loaded 2-core machine."""
+
+DEFAULT_PANEL_MODEL = GPTConfig(vocab_size=8192, context_length=64, n_layer=2, n_head=4, d_model=128)
+"""The panels' model when none is given: the notebook size (d_head 32 < T 64, so spans are non-trivial)."""
+
+
+class Panel:
+    """A technique panel: controls and analytic views on top, a :class:`TrainingPanel` below.
+
+    A subclass builds its controls (``self.controls``) and analytic views (``self.views``), then calls
+    :meth:`_attach_training` with its live views, and implements :meth:`_specs` (the runs Train starts, read
+    from the controls when Train is pressed).
+
+    Args:
+        model_cfg: the panel's model (None: ``default_model``).
+        train_cfg: a ``spanviz.train.TrainConfig`` for training (None: :func:`default_train_cfg`).
+        static: see :func:`use_static`.
+
+    Attributes:
+        widget: the VBox to display. controls: name → widget (the training buttons included). views: name →
+        :class:`FigureView` (``train/<name>`` for the live ones). training: the :class:`TrainingPanel`.
+    """
+
+    def __init__(self, model_cfg: GPTConfig | None, train_cfg: TrainConfig | None, static: bool | None,
+                 default_model: GPTConfig = DEFAULT_PANEL_MODEL) -> None:
+        self.model_cfg = model_cfg or default_model
+        self._train_cfg = train_cfg
+        self.static = use_static(static)
+        self.controls: dict[str, W.Widget] = {}
+        self.views: dict[str, FigureView] = {}
+
+    def _attach_training(self, live: Sequence[LiveView], *, data: Any, store: Any,
+                         trainer_factory: Callable[[RunSpec, Any], TrainerLike] | None,
+                         refresh_hz: float) -> TrainingPanel:
+        """Make the training part: its buttons join ``controls`` and its live figures ``views`` (``train/…``)."""
+        self.training = TrainingPanel(self._specs, live=live, data=data, store=store, trainer_factory=trainer_factory,
+                                      static=self.static, refresh_hz=refresh_hz)
+        self.views.update({f"train/{k}": v for k, v in self.training.views.items()})
+        self.controls.update(self.training.controls)
+        return self.training
+
+    def train_cfg(self) -> TrainConfig:
+        """The training settings the panel was given, else :func:`default_train_cfg`."""
+        return self._train_cfg if self._train_cfg is not None else default_train_cfg()
+
+    def _specs(self) -> list[RunSpec]:
+        raise NotImplementedError
+
+    def train(self, blocking: bool | None = None) -> Runner:
+        """Train the runs of the current controls (see :meth:`TrainingPanel.train`)."""
+        return self.training.train(blocking=blocking)
+
+    def stop(self, wait: bool = True) -> bool:
+        """Stop the run after the current step (see :meth:`TrainingPanel.stop`)."""
+        return self.training.stop(wait=wait)

@@ -1,0 +1,190 @@
+"""The spans panel: α0..α3, preset, layer/head over the score-gradient blocks; Train against standard."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+import ipywidgets as W
+import numpy as np
+import plotly.graph_objects as go
+import torch
+
+from spanviz import plots
+from spanviz.model import GPTConfig
+from spanviz.runner import TrainerLike
+from spanviz.spans import PRESETS, SpanConfig, SpanProbe
+from spanviz.train import TrainConfig
+from spanviz.spans.view import ScoreGradientViews
+from spanviz.widgets.figures import FigureView, computing, side_by_side, slider
+from spanviz.widgets.panel import ANALYTIC_THREADS, Panel
+from spanviz.widgets.training import LOSS_VIEW, History, LiveView, RunSpec
+
+
+class SpansPanel(Panel):
+    """Span / violation gradient scaling, interactively (arXiv 2512.13033; block construction per preset).
+
+    Analytic views (instant, no training): a random-init TinyGPT computes ∂L/∂S once on a fixed batch
+    (B = 2, T = ``model_cfg.context_length``); for the picked layer/head the panel shows the blocks of dS
+    (heatmaps grouped by order, bars of ‖block‖/‖dS‖ before and after α scaling), the T = 3 toy with α0 on
+    the span part and α1 on the violation, and the principal angles between the token-space spans of Q, K
+    and V (:class:`spanviz.spans.view.ScoreGradientViews`). α sliders rescale cached blocks; the decomposition is
+    computed once per (preset, layer) for all heads.
+
+    Train: the α setting against the standard gradient (spans=None), same seed, plus the standard gradient
+    with the next seed (the seed noise). Live: the α run's validation loss as a change in percent against
+    standard with the seed-noise band (the two loss curves differ by a fraction of a percent and coincide on
+    screen), the loss curves, and the energy share of dS by order at the picked layer in the α run
+    (``spans.SpanProbe`` every ``probe_every`` steps, on the standard and the α run).
+
+    Args:
+        model_cfg: model for the analytic views and training (default: 2 layers, 4 heads, d_model 128,
+            T 64, i.e. d_head 32). vocab_size is replaced by the data's for training.
+        train_cfg: a ``spanviz.train.TrainConfig`` for training (default :func:`default_train_cfg`).
+        batch: (x, y) (B, T) for the analytic views; default random tokens from ``seed``.
+        data, store, trainer_factory, static, refresh_hz: see :class:`TrainingPanel`.
+    """
+
+    def __init__(
+        self,
+        model_cfg: GPTConfig | None = None,
+        *,
+        train_cfg: TrainConfig | None = None,
+        batch: tuple[torch.Tensor, torch.Tensor] | None = None,
+        seed: int = 0,
+        probe_every: int = 10,
+        data: Any = None,
+        store: Any = "auto",
+        trainer_factory: Callable[[RunSpec, Any], TrainerLike] | None = None,
+        static: bool | None = None,
+        refresh_hz: float = 4.0,
+    ) -> None:
+        super().__init__(model_cfg, train_cfg, static)
+        self.grads = ScoreGradientViews(self.model_cfg, batch, seed=seed, threads=ANALYTIC_THREADS)
+        self.model, self.batch, self.captures = self.grads.model, self.grads.batch, self.grads.captures
+        c = self.controls
+        for i, default in enumerate((1.0, 0.0, 0.0, 0.0)):  # [1000], the paper's best setting
+            c[f"alpha{i}"] = slider(W.FloatSlider, f"α{i}", default, min=0.0, max=2.0, step=0.05)
+        c["preset"] = W.Dropdown(options=list(PRESETS), value="kv8", description="preset")
+        c["layer"] = W.Dropdown(options=list(range(self.model_cfg.n_layer)), value=0, description="layer")
+        c["head"] = W.Dropdown(options=list(range(self.model_cfg.n_head)), value=0, description="head")
+        self._load_head()
+        self.toy = plots.span_toy(seed=seed)
+        figures = {
+            "blocks": plots.span_blocks_figure(self._blocks, self.alphas),
+            "toy": plots.span_toy_figure(self.toy, self.alphas[:2]),
+            "angles": plots.subspace_angles_figure(self._angles()),
+        }
+        self.views.update({name: FigureView(fig, static=self.static, name=name) for name, fig in figures.items()})
+        for name in ("alpha0", "alpha1", "alpha2", "alpha3"):
+            c[name].observe(lambda _ch: self.update_alphas(), names="value")
+        for name in ("preset", "layer", "head"):
+            c[name].observe(lambda _ch: self.update_head(), names="value")
+        self.busy = W.HTML("")
+        self.probe_every, self._probe_label = probe_every, "-"
+        self._attach_training(
+            [LiveView("delta", self._delta_data, self._delta_build), LOSS_VIEW,
+             LiveView("energy", self._energy_data, self._energy_build, self._energy_title)],
+            data=data, store=store, trainer_factory=trainer_factory, refresh_hz=refresh_hz,
+        )
+        note = W.HTML(
+            "<small>Blocks: spanviz's reconstruction (see docs/spans.md); α0 scales the bidirectional span "
+            "part, α3 the pure violation. With T ≤ d_head every projector is the identity and α changes nothing."
+            "</small>"
+        )
+        self.widget = W.VBox([
+            W.HBox([W.VBox([c["alpha0"], c["alpha1"], c["alpha2"], c["alpha3"]]),
+                    W.VBox([c["preset"], c["layer"], c["head"], self.busy])]),
+            note,
+            self.views["blocks"].widget,
+            side_by_side((self.views["toy"].widget, "55%"), (self.views["angles"].widget, "45%")),
+            self.training.widget,
+        ])
+
+    # ------------------------------------------------------------------------------------- analytic views
+    @property
+    def alphas(self) -> tuple[float, float, float, float]:
+        """(α0, α1, α2, α3) from the sliders."""
+        return tuple(float(self.controls[f"alpha{i}"].value) for i in range(4))  # type: ignore[return-value]
+
+    def _load_head(self) -> None:
+        preset, layer, head = (self.controls[n].value for n in ("preset", "layer", "head"))
+        self._blocks = self.grads.blocks(preset, layer, head)
+
+    def _angles(self) -> dict[str, np.ndarray]:
+        return self.grads.angles(self.controls["layer"].value, self.controls["head"].value)
+
+    def update_alphas(self) -> None:
+        """Redraw the views that depend on α only (cached blocks rescaled, their titles say the α; the toy)."""
+        a, view = self.alphas, self.views["blocks"]
+        titles = {b["name"]: plots.span_block_title(b["name"], b["order"], a[b["order"]]) for b in self._blocks}
+        annotations = [{**x, "text": titles.get(x["text"].split(" ")[0], x["text"])}
+                       for x in view.layout.get("annotations", [])]
+        view.update(plots.span_blocks_data(self._blocks, a), build=lambda: plots.span_blocks_figure(self._blocks, a),
+                    layout={"annotations": annotations})
+        self.views["toy"].update(plots.span_toy_data(self.toy, a[:2]))
+
+    def update_head(self) -> None:
+        """Recompute the blocks for the picked preset/layer/head and redraw (saying "computing…" meanwhile)."""
+        with computing(self.busy, "the blocks"):
+            self._load_head()
+            a = self.alphas
+            self.views["blocks"].update(plots.span_blocks_data(self._blocks, a),
+                                        build=lambda: plots.span_blocks_figure(self._blocks, a))
+            self.views["angles"].update(plots.subspace_angles_data(self._angles()))
+            if self.training.runner.histories:
+                self.training.refresh()  # the energy-by-order view follows the picked layer
+
+    # ------------------------------------------------------------------------------------------ training
+    def _specs(self) -> list[RunSpec]:
+        data = self.training.data()
+        base = replace(self.model_cfg, vocab_size=data.vocab_size, spans=None)
+        train_cfg = self.train_cfg()
+        cfg = SpanConfig(alphas=self.alphas, preset=self.controls["preset"].value)
+        # The same probe on both runs: on the standard run it says what this decomposition would see there.
+        probe = SpanProbe(every=self.probe_every, cfg=cfg)
+        self._probe_label = cfg.label()
+        twin = replace(train_cfg, seed=train_cfg.seed + 1)
+        return [RunSpec("standard", base, train_cfg, (probe,)),
+                RunSpec(f"standard, seed {twin.seed}", base, twin),
+                RunSpec(cfg.label(), replace(base, spans=cfg), train_cfg, (probe,))]
+
+    def _delta(self, histories: Mapping[str, History]) -> dict[str, Any] | None:
+        """Steps where all three runs were evaluated, Δ val loss (%) of the α run against standard, and the
+        same for the standard run with the next seed (the noise band)."""
+        labels = list(histories)
+        if "standard" not in histories or len(labels) < 3:
+            return None
+        (twin,) = [k for k in labels if k.startswith("standard, seed")]
+        alpha = labels[-1]
+        return plots.relative_change_series(histories["standard"], {alpha: histories[alpha]}, noise=histories[twin])
+
+    def _delta_data(self, histories: Mapping[str, History]) -> list[dict[str, Any]]:
+        d = self._delta(histories)
+        return [] if d is None else plots.relative_change_data(**d)
+
+    def _delta_build(self, histories: Mapping[str, History]) -> go.Figure:
+        d = self._delta(histories) or {"steps": np.zeros(0), "changes": {}, "noise": None}
+        return plots.relative_change_figure(
+            **d, title="validation loss against standard: below 0 = better; gray band = seed noise "
+                       "(standard with the next seed)")
+
+    def _energy(self, histories: Mapping[str, History]) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
+        """Steps and per-order energy shares of the picked layer, from the last run that has them."""
+        for history in reversed(list(histories.values())):
+            energy = plots.energy_series(history, self.controls["layer"].value)
+            if energy is not None:
+                return energy
+        return None
+
+    def _energy_title(self) -> str:
+        return f"energy of dS by order in the run {self._probe_label}, layer {self.controls['layer'].value}"
+
+    def _energy_data(self, histories: Mapping[str, History]) -> list[dict[str, Any]]:
+        e = self._energy(histories)
+        return [] if e is None else plots.energy_by_order_data(*e)
+
+    def _energy_build(self, histories: Mapping[str, History]) -> go.Figure:
+        e = self._energy(histories)
+        return plots.energy_by_order_figure(*(e or (np.zeros(0), {})), title=self._energy_title())

@@ -1,0 +1,367 @@
+"""The generic training part of every panel: Train / Continue / Stop, progress, status, errors, live figures of
+the run histories, results-store replays (:class:`TrainingPanel`), and the panels' default data, store and
+training settings."""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import io
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import ipywidgets as W
+import plotly.graph_objects as go
+
+from spanviz import plots
+from spanviz.data import load_tokens
+from spanviz.model import GPTConfig
+from spanviz.runner import Job, Runner, TrainerLike
+from spanviz.settings import OFFLINE_SPLITS, resolve_data_source
+from spanviz.store import ResultsStore
+from spanviz.train import TrainConfig, Trainer, run_config
+from spanviz.widgets.figures import FigureView, use_static
+
+History = dict[str, list[Any]]
+
+TRAIN_THREADS = 1
+"""torch intra-op threads while a panel trains. The notebook models are small: on a quiet 2-core machine one
+thread costs little, on a busy one (Binder, a workshop laptop, a shared server, where torch still starts one
+thread per visible core) more threads wait for each other — the FP8 notebook trained at 0.6 steps/s with 2
+threads and 4.7 with 1 on the loaded 2-core test machine."""
+
+
+@dataclass
+class RunSpec:
+    """One run a panel trains: a label, the model and training configs, and the probes to install.
+
+    ``train_cfg`` is a :class:`spanviz.train.TrainConfig`; ``probes`` are probe objects (e.g.
+    ``local_global.LogitProbe``). ``seed`` is informational (it lives in ``train_cfg``).
+    """
+
+    label: str
+    model_cfg: GPTConfig
+    train_cfg: Any
+    probes: Sequence[Any] = ()
+
+
+@dataclass
+class LiveView:
+    """A figure the training panel keeps up to date from the run histories.
+
+    ``data(histories)`` returns trace dicts; ``build(histories)`` returns the full figure (used when the trace
+    structure changes). ``histories`` is ``{label: history}`` for the runs that have at least one row.
+    ``title()``, when given, is re-applied on every refresh (a title that follows the controls).
+    """
+
+    name: str
+    data: Callable[[Mapping[str, History]], list[dict[str, Any]]]
+    build: Callable[[Mapping[str, History]], go.Figure]
+    title: Callable[[], str] | None = None
+
+
+def _loss_data(histories: Mapping[str, History]) -> list[dict[str, Any]]:
+    return plots.loss_curves_data(histories, ("train_loss", "val_loss"))
+
+
+def _loss_build(histories: Mapping[str, History]) -> go.Figure:
+    return plots.loss_curves_figure(histories, ("train_loss", "val_loss"), title="loss (solid: train, dashed: val)")
+
+
+LOSS_VIEW = LiveView("loss", _loss_data, _loss_build)
+
+_DATA_CACHE: dict[Any, Any] = {}
+
+
+def default_data(data_dir: str | None = None, max_vocab: int = 8192) -> Any:
+    """WikiText-2 token ids for the panels (cached per process): :func:`spanviz.data.load_tokens`, the split
+    policy of :mod:`spanviz.settings` — ``SPANVIZ_TRAIN_SPLIT`` / ``SPANVIZ_EVAL_SPLIT``, else with a local folder
+    (``data_dir``, ``SPANVIZ_WIKITEXT_DIR`` or the remembered one) its splits (train on validation and evaluate on
+    test for a folder given here or in the environment: the offline copy has no train split), else the hub's
+    train/validation.
+
+    Returns a :class:`spanviz.data.TokenData`. Raises what :func:`spanviz.data.prepare_tokens` raises.
+    """
+    folder, splits = resolve_data_source(data_dir, local_splits=OFFLINE_SPLITS)
+    key = (folder, max_vocab, tuple(splits.items()))
+    if key not in _DATA_CACHE:
+        _DATA_CACHE[key] = load_tokens(data_dir, max_vocab=max_vocab)
+    return _DATA_CACHE[key]
+
+
+def default_store() -> ResultsStore:
+    """The panels' results store: ``spanviz.store.ResultsStore()`` at its default root. Runs found there
+    replay at once instead of training; finished panel runs are put there."""
+    return ResultsStore()
+
+
+def _resolve_store(store: Any) -> Any:
+    return default_store() if isinstance(store, str) and store == "auto" else store
+
+
+def _default_trainer_factory(spec: RunSpec, data: Any) -> TrainerLike:
+    return Trainer(spec.model_cfg, spec.train_cfg, data, probes=tuple(spec.probes))
+
+
+class TrainingPanel:
+    """Train / Continue / Stop, progress, status and live figures for runs described by :class:`RunSpec`s.
+
+    Args:
+        specs: ``fn() -> [RunSpec, ...]``, read when Train is pressed (so it sees the current sliders).
+        live: the live :class:`LiveView`s in the order shown; :data:`LOSS_VIEW` is put first unless listed.
+        data: a ``spanviz.data.TokenData`` or ``fn() -> TokenData`` (called in the worker thread, once);
+            default :func:`default_data`.
+        store: a ``spanviz.store.ResultsStore`` (``get(config)`` / ``put(record)``) — a configuration found
+            there is replayed at once instead of trained; completed runs are put there. None = no store;
+            "auto" = :func:`default_store` (the panels' default).
+        trainer_factory: ``fn(spec, data) -> trainer`` (default: ``spanviz.train.Trainer``).
+        static: see :func:`use_static`. refresh_hz: live refresh rate (default 4 Hz).
+        threads: torch intra-op threads while training (default :data:`TRAIN_THREADS`; None = leave torch's).
+
+    Buttons: **Train** starts afresh with the current settings (replaying what the store has); **Stop** ends the
+    run after the current step; **Continue** (after Stop) trains the same runs on from where they stopped.
+
+    Attributes:
+        widget: the VBox to display. controls: ``start``, ``resume``, ``stop`` buttons, ``progress``.
+        status: HTML line. error: HTML area that shows a run's exception and traceback.
+        views: name → :class:`FigureView`. runner: the :class:`spanviz.runner.Runner`.
+    """
+
+    def __init__(
+        self,
+        specs: Callable[[], Sequence[RunSpec]],
+        *,
+        live: Sequence[LiveView] = (),
+        data: Any = None,
+        store: Any = None,
+        trainer_factory: Callable[[RunSpec, Any], TrainerLike] | None = None,
+        static: bool | None = None,
+        refresh_hz: float = 4.0,
+        threads: int | None = TRAIN_THREADS,
+    ) -> None:
+        self.specs, self.store, self.static = specs, _resolve_store(store), use_static(static)
+        self._data = data
+        self.trainer_factory = trainer_factory or _default_trainer_factory
+        self.live = list(live) if LOSS_VIEW in live else [LOSS_VIEW, *live]
+        self.views = {v.name: FigureView(v.build({}), static=self.static, name=f"train/{v.name}") for v in self.live}
+        self.runner = Runner(on_update=self._on_update, on_finish=self._on_finish, refresh_hz=refresh_hz,
+                             threads=threads)
+        start = W.Button(description="Train", icon="play", button_style="success",
+                         tooltip="train the current settings from scratch (replays runs the store has)")
+        resume = W.Button(description="Continue", icon="forward", disabled=True,
+                          tooltip="train the stopped runs on from where they stopped")
+        stop = W.Button(description="Stop", icon="stop", button_style="danger", disabled=True)
+        progress = W.IntProgress(value=0, min=0, max=1, description="steps", layout=W.Layout(width="260px"))
+        start.on_click(lambda _b: self.train())
+        resume.on_click(lambda _b: self.resume())
+        stop.on_click(lambda _b: self.stop(wait=False))
+        self.controls: dict[str, W.Widget] = {"start": start, "resume": resume, "stop": stop, "progress": progress}
+        self.status = W.HTML("ready: press Train")
+        self.error = W.HTML("")
+        self._reports: list[tuple[W.Output, Callable[[dict[str, History]], Any]]] = []
+        self.widget = W.VBox(
+            [W.HBox([start, resume, stop, progress, self.status]), self.error, *[v.widget for v in self.views.values()]]
+        )
+
+    @property
+    def replayed(self) -> list[str]:
+        """Labels of the runs the last Train replayed from the store."""
+        return list(self.runner.replayed)
+
+    # ------------------------------------------------------------------------------------------ data
+    def data(self) -> Any:
+        """The token data (loaded on first use)."""
+        if self._data is None:
+            self._data = default_data()
+        elif callable(self._data) and not hasattr(self._data, "train_ids"):
+            self._data = self._data()
+        return self._data
+
+    def _store_config(self, spec: RunSpec) -> dict[str, Any]:
+        """The results-store key of a run: ``spanviz.train.run_config`` (model, train, data, probes)."""
+        return run_config(spec.model_cfg, spec.train_cfg, self.data(), spec.probes)
+
+    def _jobs(self, specs: Sequence[RunSpec]) -> list[Job]:
+        jobs = []
+        for spec in specs:
+            stored = None
+            if self.store is not None:
+                stored = self.store.get(self._store_config(spec))
+            if stored is not None:
+                history = stored.history if hasattr(stored, "history") else stored["history"]
+                jobs.append(Job(spec.label, replay=history))
+                continue
+
+            def make(spec: RunSpec = spec) -> TrainerLike:
+                return self.trainer_factory(spec, self.data())
+
+            on_complete = None
+            if self.store is not None:
+                def on_complete(trainer: Any, spec: RunSpec = spec) -> None:
+                    self.store.put(trainer.record)
+            jobs.append(Job(spec.label, steps=spec.train_cfg.steps, make_trainer=make, on_complete=on_complete))
+        return jobs
+
+    # --------------------------------------------------------------------------------------- control
+    def train(self, blocking: bool | None = None) -> Runner:
+        """Start training the current specs afresh (replaying stored ones).
+
+        Args:
+            blocking: wait for the end in this thread (None: ``SPANVIZ_BLOCKING``). A blocking run re-raises
+                its error after showing it.
+        Returns:
+            the runner (``runner.state``, ``runner.snapshot()``).
+        """
+        if self.runner.running:
+            return self.runner
+        self.error.value = ""
+        try:
+            jobs = self._jobs(list(self.specs()))
+        except Exception as exc:  # noqa: BLE001 - shown, not lost
+            self._show_error(exc, None)
+            raise
+        self._running_controls()
+        self.status.value = "starting…"
+        self.runner.start(jobs, blocking=blocking)
+        return self.runner
+
+    def resume(self, blocking: bool | None = None) -> Runner:
+        """Continue the stopped runs from where they stopped (the Continue button); see :meth:`Runner.resume`."""
+        if self.runner.running or not self.runner.resumable:
+            return self.runner
+        self.error.value = ""
+        self._running_controls()
+        self.status.value = "continuing…"
+        self.runner.resume(blocking=blocking)
+        return self.runner
+
+    def _running_controls(self) -> None:
+        c = self.controls
+        c["start"].disabled, c["resume"].disabled, c["stop"].disabled = True, True, False
+
+    def stop(self, wait: bool = True, timeout: float = 2.0) -> bool:
+        """Stop the run after the current step; returns True when it has ended (see Runner.stop)."""
+        return self.runner.stop(wait=wait, timeout=timeout)
+
+    @property
+    def histories(self) -> dict[str, History]:
+        """``{label: history}`` of the last run so far."""
+        return self.runner.snapshot()
+
+    def report(self, fn: Callable[[dict[str, History]], Any]) -> W.Output:
+        """An area that shows ``fn(histories)`` whenever a run has ended (and now, if none is running).
+
+        Training runs in the background, so a cell that reads the results right after ``train()`` would see a
+        half-finished run. ``report`` waits instead: what ``fn`` prints (and its return value, if not None) is
+        redrawn into the returned ``Output`` after every run (done, stopped or failed), so pressing Train
+        again refreshes it. While a run is in progress the area says so.
+
+        Args:
+            fn: ``fn({label: history}) -> Any``, e.g. a function printing a table of best validation losses.
+        Returns:
+            an ``ipywidgets.Output`` to display (the last expression of a cell).
+        Errors raised by ``fn`` are shown in the area (with the traceback), not raised.
+        """
+        out = W.Output()
+        self._reports.append((out, fn))
+        if self.runner.running:
+            out.append_stdout("training in progress: the results appear here when the run ends\n")
+        else:
+            self._render_report(out, fn, self.histories)
+        return out
+
+    def _render_report(
+        self, out: W.Output, fn: Callable[[dict[str, History]], Any], histories: dict[str, History]
+    ) -> None:
+        # Captured text goes in with append_stdout: no kernel "current cell" is involved, so this works from
+        # a callback on the event loop and outside a kernel alike.
+        buffer = io.StringIO()
+        result = None
+        with contextlib.redirect_stdout(buffer):
+            if self.runner.state in ("stopped", "error"):
+                print(f"(run {self.runner.state} after {self._per_run()} steps per run)")
+            try:
+                result = fn(histories)
+            except Exception:  # noqa: BLE001 - shown where the results would be, not lost
+                print(traceback.format_exc())
+        out.outputs = ()
+        out.append_stdout(buffer.getvalue())
+        if result is not None:
+            out.append_display_data(result)
+
+    # -------------------------------------------------------------------------------------- callbacks
+    def refresh(self, histories: Mapping[str, History] | None = None) -> None:
+        """Redraw the live views from ``histories`` (default: the runner's snapshot)."""
+        histories = self.runner.snapshot() if histories is None else histories
+        ready = {k: h for k, h in histories.items() if h.get("step")}
+        for view in self.live:
+            title = None if view.title is None else {"title": {**self.views[view.name].layout.get("title", {}),
+                                                               "text": view.title()}}
+            self.views[view.name].update(view.data(ready), build=lambda view=view: view.build(ready), layout=title)
+
+    def _per_run(self) -> str:
+        """Steps done of steps planned, per run: "12/40", or "11–12/40" while runs of the same length are a
+        step apart (they take turns); runs of different lengths are listed one by one."""
+        r = self.runner
+        planned = set(r.steps_planned.values())
+        if len(planned) == 1:
+            done = [r.steps_done[label] for label in r.steps_planned]
+            low, high = min(done), max(done)
+            return f"{high}/{planned.pop()}" if low == high else f"{low}–{high}/{planned.pop()}"
+        return ", ".join(f"{label} {r.steps_done[label]}/{steps}" for label, steps in r.steps_planned.items())
+
+    def _replay_note(self) -> str:
+        r = self.runner
+        if not r.replayed:
+            return ""
+        rows = {len(r.histories[label].get("step", [])) for label in r.replayed}
+        steps = f" ({rows.pop()} steps{' each' * (len(r.replayed) > 1)})" if len(rows) == 1 else ""
+        return f"replayed from the store: {', '.join(r.replayed)}{steps}"
+
+    def _on_update(self, runner: Runner) -> None:
+        self.refresh()
+        progress = self.controls["progress"]
+        planned = list(runner.steps_planned.values())
+        progress.max = max(planned, default=1) or 1
+        progress.value = min((runner.steps_done[label] for label in runner.steps_planned), default=progress.max)
+        parts = []
+        if runner.steps_planned:
+            n = len(planned)
+            parts.append(f"{self._per_run()} steps per run ({n} run{'s' * (n > 1)}) · "
+                         f"{runner.steps_per_s:.1f} steps/s")
+        if runner.replayed:
+            parts.append(self._replay_note())
+        self.status.value = html.escape(" · ".join(parts))
+
+    def _on_finish(self, runner: Runner) -> None:
+        c = self.controls
+        c["start"].disabled, c["stop"].disabled = False, True
+        c["resume"].disabled = not runner.resumable
+        if runner.state == "error":
+            self._show_error(runner.error, runner.error_text)
+            self.status.value = f"<b style='color:#b00'>error</b> after {self._per_run()} steps per run"
+        elif runner.steps_planned:
+            note = " — Continue, or Train to start afresh" if runner.resumable else ""
+            replay = f" · {self._replay_note()}" if runner.replayed else ""
+            self.status.value = html.escape(f"{runner.state}: {self._per_run()} steps per run{note}{replay}")
+        else:
+            self.status.value = html.escape(self._replay_note())
+        histories = self.histories
+        for out, fn in self._reports:
+            self._render_report(out, fn, histories)
+
+    def _show_error(self, exc: BaseException | None, text: str | None) -> None:
+        detail = html.escape(text or f"{type(exc).__name__}: {exc}")
+        self.error.value = (
+            f"<div style='color:#b00'><b>{html.escape(type(exc).__name__)}: {html.escape(str(exc))}</b>"
+            f"<details><summary>traceback</summary><pre>{detail}</pre></details></div>"
+        )
+
+
+def default_train_cfg(**changes: Any) -> TrainConfig:
+    """The panels' training settings: a ``TrainConfig`` sized for a laptop CPU (200 steps, batch 8, evaluation
+    every 25 steps on 4 batches, 20 warm-up steps), with ``changes`` applied."""
+    base = dict(steps=200, batch_size=8, eval_interval=25, eval_iters=4, warmup_steps=20, lr=3e-3)
+    return TrainConfig(**{**base, **changes})
