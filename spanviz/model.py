@@ -44,7 +44,7 @@ from spanviz.local_global.config import check_head_split
 from spanviz.local_global.core import MaskMod, additive_mask, causal_mask, dense_mask_cached, head_mask_mod
 from spanviz.local_global.flex import flex_attention, flex_available
 from spanviz.spans.config import SpanConfig
-from spanviz.spans.core import build_grad_fns
+from spanviz.spans.hooks import build_grad_fns
 from spanviz.validators import check_bool, check_choice, check_fields, check_float, check_int
 
 ATTN_BACKENDS = ("auto", "explicit", "sdpa", "flex")

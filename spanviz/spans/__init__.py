@@ -15,7 +15,8 @@ exists. **The exact placement of the projections is spanviz's reconstruction**, 
 The package, one file per job (every name is re-exported here: ``from spanviz.spans import SpanConfig``):
 
 * :mod:`~spanviz.spans.core` — the technique, read top to bottom: the projector Π_X, the blocks, α scaling of
-  the score gradient in the backward pass, the qk4 closed form, the backward hooks the model installs.
+  the score gradient in the backward pass, the qk4 closed form;
+* :mod:`~spanviz.spans.hooks` — :func:`build_grad_fns`, the backward transforms the model installs;
 * :mod:`~spanviz.spans.config` — :class:`SpanConfig`, the presets and slots, the paper's α brackets
   ("[1000]"), the block names S1..S2ⁿ.
 * :mod:`~spanviz.spans.diagnostics` — tensors to look at: every block (:func:`decompose`), energy share per
@@ -44,16 +45,14 @@ from spanviz.spans.config import (
 from spanviz.spans.core import (
     METHODS,
     QK_SIDES,
-    QKGradFn,
-    ScoreGradFn,
     SpanProjector,
     _order_scaled as _order_scaled,  # private names re-exported for tests/test_spans.py
     _qk_transform as _qk_transform,
     _slot_ops as _slot_ops,
-    build_grad_fns,
     scale_qk_grad,
     scale_score_grad,
 )
+from spanviz.spans.hooks import QKGradFn, ScoreGradFn, build_grad_fns
 from spanviz.spans.diagnostics import decompose, gram_condition, order_energy_share, principal_angle_cosines, ridge_bias
 from spanviz.spans.probes import (
     LayerBlocks,

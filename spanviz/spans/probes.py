@@ -20,7 +20,7 @@ from spanviz.modes import eval_mode
 from spanviz.spans.config import (
     Slot, SpanConfig, _resolve_ridge, _resolve_slots, block_formulas, block_names, block_orders,
 )
-from spanviz.spans.core import ScoreGradFn, build_grad_fns
+from spanviz.spans.hooks import ScoreGradFn, build_grad_fns
 from spanviz.spans.diagnostics import decompose, gram_condition, order_energy_share, principal_angle_cosines, ridge_bias
 from spanviz.validators import check_bool, check_int
 
