@@ -142,23 +142,21 @@ class BoundsVsRank:
 
     def __init__(self, d_model: int, d_head: int, n_tokens: int, threads: int | None = None) -> None:
         self.d_model, self.d_head, self.n_tokens, self.threads = d_model, d_head, n_tokens, threads
-        self._drawn: list[dict[str, float]] = []  # at δ = self._drawn_delta
-        self._drawn_delta = 0.0
-        self._rows: dict[float, list[dict[str, float]]] = {}
+        self._drawn: tuple[float, list[dict[str, float]]] | None = None  # (δ, rows): the random draw
+        self._last: tuple[float, list[dict[str, float]]] | None = None  # (δ, rows) re-evaluated last
 
     def rows(self, delta: float) -> list[dict[str, float]]:
         """:func:`random_bounds_vs_rank` rows for r = 1..d_head at δ. Raises: ValueError for δ outside (0, 1)."""
-        if not self._drawn:
+        if self._drawn is None:
             with torch_threads(self.threads):
-                self._drawn = random_bounds_vs_rank(self.d_model, self.d_head, range(1, self.d_head + 1),
-                                                    delta=delta, n_tokens=self.n_tokens)
-            self._drawn_delta = delta
-        if delta == self._drawn_delta:
-            return self._drawn
-        if delta not in self._rows:
-            self._rows = {delta: bounds_at_delta(self._drawn, self.d_model, self.d_head, delta=delta,
-                                                 n_tokens=self.n_tokens)}
-        return self._rows[delta]
+                self._drawn = delta, random_bounds_vs_rank(self.d_model, self.d_head, range(1, self.d_head + 1),
+                                                           delta=delta, n_tokens=self.n_tokens)
+        for at, rows in (self._drawn, self._last or self._drawn):
+            if at == delta:
+                return rows
+        rows = bounds_at_delta(self._drawn[1], self.d_model, self.d_head, delta=delta, n_tokens=self.n_tokens)
+        self._last = delta, rows
+        return rows
 
     def row(self, delta: float, r: int) -> dict[str, float]:
         """The row of rank r at δ."""
