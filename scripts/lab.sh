@@ -51,6 +51,9 @@ args=()
 if [ "$(id -u)" = 0 ]; then
   args+=("--allow-root")  # containers and cloud notebooks run as root; Jupyter refuses that unless told
 fi
+# Voilà's server extension (for Binder's voila/render links) is not needed here — `lab.sh voila` runs Voilà itself —
+# and loading it makes the server print a deprecation warning at every start.
+args+=("--ServerApp.jpserver_extensions=voila.server_extension=False")
 echo "JupyterLab starts: open the address with its token printed below, then 00_tour.ipynb → Run → Run All Cells." >&2
 # shellcheck disable=SC2086
 exec jupyter lab "--ServerApp.root_dir=$repo/notebooks" "${args[@]}" ${JUPYTER_ARGS:-}
