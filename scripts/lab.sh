@@ -43,9 +43,17 @@ if [ "$mode" = "voila" ]; then
   fi
   echo "Voilà starts: open the address printed below (each notebook runs when its page opens: the panels" \
        "appear as its cells finish)." >&2
+  # JUPYTER_ARGS as for JupyterLab: Voilà spells --ip as --Voila.ip and has no --allow-root (it runs as root).
+  vargs=()
+  for arg in ${JUPYTER_ARGS:-}; do
+    case "$arg" in
+      --ip=*) vargs+=("--Voila.ip=${arg#--ip=}") ;;
+      --allow-root) ;;
+      *) vargs+=("$arg") ;;
+    esac
+  done
   cd "$repo/notebooks"
-  # shellcheck disable=SC2086
-  exec voila ${notebook:+"$notebook"} ${JUPYTER_ARGS:-}
+  exec voila ${notebook:+"$notebook"} "${vargs[@]}"
 fi
 args=()
 if [ "$(id -u)" = 0 ]; then
