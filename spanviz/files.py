@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,16 +24,40 @@ LOCK_NAME = ".spanviz.lock"
 """The lock file :func:`folder_lock` keeps in a folder."""
 
 
+def _umask() -> int:
+    """The process's file-creation mask (read from /proc where it can be, so it is never changed, even briefly)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | os.PathLike[str], payload: bytes) -> Path:
     """Write ``payload`` to ``path`` via a temporary file in the same folder and ``os.replace``.
 
     Readers see the old file or the new one, never a partial one; on any error the temporary file is removed
     and the old file is left as it was. Creates the parent folder. Returns the path.
+
+    Permissions as a plain ``open(path, "w")`` gives them: a file that exists keeps its mode, a new one gets
+    ``0o666`` less the umask (``0o644`` under the usual umask 022, group-readable) — not the ``0o600`` of the
+    temporary file.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        mode = 0o666 & ~_umask()
     handle, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        if hasattr(os, "fchmod"):
+            os.fchmod(handle, mode)
         with os.fdopen(handle, "wb") as temp:
             temp.write(payload)
             temp.flush()

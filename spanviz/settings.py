@@ -7,7 +7,9 @@ Environment variables (all optional):
   before the Hugging Face hub); ``SPANVIZ_TRAIN_SPLIT`` / ``SPANVIZ_EVAL_SPLIT`` — which split trains and which
   evaluates; ``SPANVIZ_OFFLINE`` — never contact the hub;
 * ``SPANVIZ_SMOKE`` (every command and notebook a seconds-long version of itself, for CI), ``SPANVIZ_BLOCKING``
-  (panels train in the caller's thread), ``SPANVIZ_STATIC`` (panels draw static figures).
+  (panels train in the caller's thread), ``SPANVIZ_STATIC`` (panels draw static figures);
+* ``SPANVIZ_COMMAND`` — how the person runs the command line, for messages that name a command to type (default
+  ``spanviz``; ``scripts/lab.sh`` sets ``bash scripts/lab.sh``, which works without an active virtual environment).
 
 True/false variables are read by :func:`env_flag` (1/0, true/false, yes/no, on/off; anything else is an error
 naming the variable).
@@ -44,6 +46,7 @@ ENV_EVAL_SPLIT = "SPANVIZ_EVAL_SPLIT"
 ENV_SMOKE = "SPANVIZ_SMOKE"
 ENV_BLOCKING = "SPANVIZ_BLOCKING"
 ENV_STATIC = "SPANVIZ_STATIC"
+ENV_COMMAND = "SPANVIZ_COMMAND"
 
 SPLITS = ("train", "validation", "test")
 """WikiText-2 split names (``valid`` is accepted as an alias of ``validation``)."""
@@ -76,6 +79,12 @@ def env_flag(name: str) -> bool | None:
     if value.strip().lower() in _FALSE:
         return False
     raise ValueError(f"environment variable {name}={value!r} must be one of 1/0, true/false, yes/no, on/off")
+
+
+def command_name() -> str:
+    """How the person runs the ``spanviz`` command, for messages that name a command to type: ``$SPANVIZ_COMMAND``
+    (``scripts/lab.sh`` sets it to ``bash scripts/lab.sh``), default ``spanviz``."""
+    return os.environ.get(ENV_COMMAND, "").strip() or "spanviz"
 
 
 def spanviz_home() -> Path:
@@ -140,7 +149,8 @@ def remembered_data_source() -> dict[str, Any] | None:
         if not isinstance(folder, str) or not Path(folder).is_dir():
             raise ValueError(f"{folder!r} is not a folder any more")
     except Exception as error:  # noqa: BLE001 - any damage means "nothing remembered"
-        logger.warning("ignoring %s (%s); run `spanviz prepare-data --data-dir DIR` to set it again", path, error)
+        logger.warning("ignoring %s (%s); run `%s prepare-data --data-dir DIR` to set it again", path, error,
+                       command_name())
         return None
     return {"data_dir": folder, "splits": splits}
 

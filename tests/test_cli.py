@@ -476,10 +476,30 @@ def test_sweep_overrides_and_the_ls_tokenizer(data_flags, tmp_path, capsys):
 
 # ================================================================================================ data
 def test_missing_train_split_tells_what_to_do(wikitext_dir, capsys):
-    rc = main(["prepare-data", "--data-dir", str(wikitext_dir)])
+    rc = main(["prepare-data", "--data-dir", str(wikitext_dir), "--train-split", "train"])
     assert rc == 2
     err = capsys.readouterr().err
     assert "--train-split validation --eval-split test" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("how", ["flag", "environment"])
+def test_a_folder_without_a_train_split_trains_on_the_splits_it_has(how, wikitext_dir, capsys, monkeypatch):
+    """`--data-dir DIR` or `SPANVIZ_WIKITEXT_DIR=DIR` with no splits named: the offline copy (validation and test
+    only) trains on validation and evaluates on test, says so, and prepare-data remembers exactly that."""
+    monkeypatch.delenv("SPANVIZ_TRAIN_SPLIT", raising=False)
+    monkeypatch.delenv("SPANVIZ_EVAL_SPLIT", raising=False)
+    if how == "flag":
+        argv = ["prepare-data", "--data-dir", str(wikitext_dir), "--max-vocab", "2048"]
+    else:
+        monkeypatch.setenv("SPANVIZ_WIKITEXT_DIR", str(wikitext_dir))
+        argv = ["prepare-data", "--max-vocab", "2048"]
+    assert main(argv) == 0, capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert "has no train split: training on 'validation', evaluating on 'test'" in err
+    assert "splits {'train': 'validation', 'eval': 'test'}" in out
+    if how == "flag":
+        assert json.loads((Path(os.environ["SPANVIZ_HOME"]) / "data-source.json").read_text())["splits"] == {
+            "train": "validation", "eval": "test"}
 
 
 def test_prepare_data_remembers_the_folder_for_later_commands(wikitext_dir, tmp_path, capsys):
@@ -503,7 +523,7 @@ def test_messages_name_flags_not_python_or_team_folders(wikitext_dir, capsys, mo
     messages = []
     for argv in (["prepare-data"], ["train", "--dtype", "bfloat16", "--device", "cpu"],
                  ["train", "--window", "0", "--n-local", "2"], ["train", "--n-layer", "100000000"],
-                 ["prepare-data", "--data-dir", str(wikitext_dir)]):
+                 ["prepare-data", "--data-dir", str(wikitext_dir), "--train-split", "train"]):
         assert main(argv) == 2
         messages.append(capsys.readouterr().err)
     joined = "\n".join(messages)
@@ -555,6 +575,69 @@ def test_runs_commands_survive_bad_data(tmp_path, capsys):
         assert main(args) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def test_runs_list_tells_shipped_runs_from_local_ones_and_filters(tmp_path, capsys):
+    """An instructor's store: the shipped GPU bundle plus a run of their own. `runs list` names each run's origin,
+    label, steps and device, and filters by origin, device and experiment; export takes the same filters."""
+    from test_store import make_record
+
+    from spanviz.store import BUNDLE, load_bundle
+
+    store = ResultsStore(tmp_path / "store")
+    shipped = load_bundle(store=store)["runs"]
+    mine = store.put(make_record())
+    argv = ["--store", str(store.root)]
+    assert main(["runs", "list", *argv]) == 0
+    out = capsys.readouterr().out
+    header, *lines = out.splitlines()
+    for column in ("origin", "experiment", "label", "seed", "steps", "device", "status"):
+        assert column in header.split(), header
+    rows = [line for line in lines[1:] if line[:12].strip() and not line.startswith(f"{shipped + 1} runs")]
+    assert len(rows) == shipped + 1 and f"{shipped + 1} runs in" in out
+    own = next(line for line in rows if line.startswith(mine[:12]))
+    assert own.split()[1] == "local" and " cpu " in own and " standard " in own
+    gpu = [line for line in rows if not line.startswith(mine[:12])]
+    assert all(line.split()[1] == "bundle" and "NVIDIA H100" in line for line in gpu)
+    assert any(" mhsa " in line and " ls/gpu " in line and " 1000 " in line for line in gpu)  # sweep runs
+    assert any(" spans kv8 [1000] (Span probe) " in line and " notebook " in line for line in gpu)  # a panel's
+
+    def listed(*flags: str) -> list[str]:
+        assert main(["runs", "list", *argv, *flags]) == 0
+        text = capsys.readouterr().out
+        return [line[:12] for line in text.splitlines()[2:] if " runs" not in line]
+
+    assert listed("--origin", "local") == [mine[:12]]
+    assert len(listed("--origin", "bundle")) == shipped
+    assert listed("--device", "CPU") == [mine[:12]] and len(listed("--device", "h100")) == shipped
+    ls_runs = listed("--experiment", "ls")
+    assert 0 < len(ls_runs) < shipped and set(ls_runs) == set(listed("--experiment", "ls/gpu"))
+    assert listed("--experiment", "notebook", "--origin", "local") == [mine[:12]]
+    assert main(["runs", "export", str(tmp_path / "mine.zip"), *argv, "--origin", "local"]) == 0
+    assert "exported 1 runs matching --origin local" in capsys.readouterr().out
+    assert main(["runs", "import", str(tmp_path / "mine.zip"), *argv, "--origin", "local"]) == 2  # no filter there
+    assert BUNDLE.is_file()
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
+def test_exported_files_and_run_records_get_the_mode_a_plain_file_write_gives(umask, tmp_path, capsys):
+    """`runs export` (and every atomically written output) is readable as the umask allows — 0644 under the usual
+    022, like any file a program writes — not the 0600 of a temporary file."""
+    from test_store import make_record
+
+    store = ResultsStore(tmp_path / "store")
+    old = os.umask(umask)
+    try:
+        key = store.put(make_record())
+        assert main(["runs", "export", str(tmp_path / "out.zip"), "--store", str(store.root)]) == 0
+    finally:
+        os.umask(old)
+    expected = 0o666 & ~umask
+    assert (tmp_path / "out.zip").stat().st_mode & 0o777 == expected
+    assert store.path(key).stat().st_mode & 0o777 == expected
+    (tmp_path / "out.zip").chmod(0o640)  # a file that exists keeps its mode when it is written again
+    assert main(["runs", "export", str(tmp_path / "out.zip"), "--store", str(store.root)]) == 0
+    assert (tmp_path / "out.zip").stat().st_mode & 0o777 == 0o640
 
 
 # ================================================================================ help, python -m, flags

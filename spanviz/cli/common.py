@@ -43,7 +43,18 @@ def data_settings(opts: DataOptions, *, tokenizer: str | None = None, max_vocab:
     Raises:
         UsageError: a bad --max-vocab or --data-dir.
     """
-    folder, splits = data_lib.resolve_data_source(opts.data_dir, opts.train_split, opts.eval_split)
+    named = opts.data_dir is not None or bool(os.environ.get(data_lib.ENV_DATA_DIR))
+    folder, _ = data_lib.resolve_data_source(opts.data_dir)
+    local = data_lib.DEFAULT_SPLITS
+    if named and folder is not None:  # a folder named now (flag or environment): the splits it has, said so
+        local = data_lib.splits_for_folder(folder, opts.wikitext_config)
+    folder, splits = data_lib.resolve_data_source(opts.data_dir, opts.train_split, opts.eval_split,
+                                                  local_splits=local)
+    chosen = (opts.train_split, opts.eval_split, os.environ.get(data_lib.ENV_TRAIN_SPLIT),
+              os.environ.get(data_lib.ENV_EVAL_SPLIT))
+    if named and local["train"] != "train" and not any(chosen):
+        print(f"{folder} has no train split: training on {splits['train']!r}, evaluating on {splits['eval']!r} "
+              "(--train-split / --eval-split choose others)", file=sys.stderr)
     kind = tokenizer or opts.tokenizer or "word"
     cap = opts.max_vocab if max_vocab is None else max_vocab
     if cap < 0 or (kind == "word" and 0 < cap < 3):
@@ -67,9 +78,10 @@ def data_message(error: BaseException) -> str:
         return message
     if isinstance(error, data_lib.HubUnavailableError):
         return (f"WikiText-2 is not available from the Hugging Face hub ({error.reason}). Use a local copy: "
-                "spanviz prepare-data --data-dir DIR (once; later commands remember DIR), where DIR holds "
-                "train.txt / valid.txt / test.txt, wiki.*.tokens or the hub's parquet files; for a copy without "
-                "the train split add --train-split validation --eval-split test")
+                f"{data_lib.command_name()} prepare-data --data-dir DIR — once; later commands and the notebooks "
+                "remember DIR — where DIR is the folder that holds train.txt / valid.txt / test.txt, "
+                "wiki.*.tokens or the hub's parquet files (a copy without the train split trains on validation "
+                "and evaluates on test; --train-split / --eval-split choose others)")
     return as_flags(str(error))
 
 

@@ -217,6 +217,13 @@ class RunsCommand:
     """the store folder (default: $SPANVIZ_HOME/runs)."""
     overwrite: bool = False
     """import: replace runs already in the store."""
+    origin: Literal["bundle", "local"] | None = None
+    """list/export only the runs of the workshop bundle shipped with spanviz (bundle), or only the others (local:
+    trained here or imported)."""
+    device: str | None = None
+    """list/export only the runs whose device contains this text, any case (cpu, cuda, H100)."""
+    experiment: str | None = None
+    """list/export only the runs of this experiment: spans, ls, fp8 (sweeps; or e.g. ls/gpu) or notebook (panels)."""
     verbose: bool = False
     """log at INFO level."""
 

@@ -1,4 +1,4 @@
-"""``spanviz runs``: list, export or import the results store."""
+"""``spanviz runs``: list (label, experiment, steps, device, origin; filters), export or import the results store."""
 
 from __future__ import annotations
 
@@ -8,24 +8,41 @@ from spanviz.cli.options import RunsCommand, UsageError
 from spanviz.experiments import format_table
 from spanviz.files import check_writable_folder
 from spanviz.store import ResultsStore
+from spanviz.store.listing import matches, run_row, shipped_runs
+
+
+def _filters(cmd: RunsCommand) -> dict[str, str]:
+    return {name: value for name in ("origin", "device", "experiment")
+            if (value := getattr(cmd, name)) is not None}
+
+
+def _describe(filters: dict[str, str]) -> str:
+    return " matching " + " ".join(f"--{k} {v}" for k, v in filters.items()) if filters else ""
 
 
 def cmd_runs(cmd: RunsCommand) -> int:
     store = ResultsStore(cmd.store)
     if store.root.exists() and not store.root.is_dir():
         raise UsageError(f"--store {store.root}: is a file, not a folder")
+    filters = _filters(cmd)
+    if cmd.action == "import" and filters:
+        raise UsageError(f"runs import takes no filter (got {_describe(filters).strip()}); it imports every "
+                         "good run of FILE")
     if cmd.action == "list":
         if cmd.file is not None:
             raise UsageError(f"runs list takes no FILE, got {cmd.file}")
         good, bad = store.scan()
-        rows = [{"key": key[:12], "status": record.status, "variant": record.config.get("variant"),
-                 "seed": record.config.get("seed"), "best val loss": record.best_val_loss}
-                for key, record in good.items()]  # fmt: skip
+        shipped = shipped_runs()
+        rows = [row for key, record in good.items() if matches(row := run_row(key, record, shipped), **filters)]
+        rows.sort(key=lambda r: (r["origin"], r["experiment"], r["label"], str(r["seed"])))
         if rows:
             print(format_table(rows, float_format=".4f"))
         for _, why in bad:
             print(f"warning: skipped a damaged entry: {why}", file=sys.stderr)
-        print(f"{len(good)} runs in {store.root}" + (f" ({len(bad)} damaged, skipped)" if bad else ""))
+        counts = {o: sum(r["origin"] == o for r in rows) for o in ("bundle", "local")}
+        print(f"{len(rows)} runs{_describe(filters)} in {store.root} ({counts['local']} local, {counts['bundle']} "
+              "from the shipped workshop bundle)" + (f"; {len(good) - len(rows)} others" if filters else "")
+              + (f"; {len(bad)} damaged, skipped" if bad else ""))
         return 0
     if cmd.file is None:
         raise UsageError(f"runs {cmd.action} needs a FILE, e.g. spanviz runs {cmd.action} workshop.zip")
@@ -35,8 +52,12 @@ def cmd_runs(cmd: RunsCommand) -> int:
         good, bad = store.scan()
         for _, why in bad:
             print(f"warning: not exported, damaged: {why}", file=sys.stderr)
+        if filters:
+            shipped = shipped_runs()
+            good = {key: record for key, record in good.items() if matches(run_row(key, record, shipped), **filters)}
         path = store.export(cmd.file, keys=list(good))
-        print(f"exported {len(good)} runs to {path}" + (f" ({len(bad)} damaged entries left out)" if bad else ""))
+        print(f"exported {len(good)} runs{_describe(filters)} to {path}"
+              + (f" ({len(bad)} damaged entries left out)" if bad else ""))
         return 0
     check_writable_folder(store.root, f"the results store {store.root}")
     report = store.import_report(cmd.file, overwrite=cmd.overwrite)

@@ -24,11 +24,12 @@ from spanviz.data.tokenizers import (
 )
 from spanviz.data.tokens import CACHE_FORMAT, TokenData, load_tokens, prepare_tokens
 from spanviz.data.wikitext import (
-    CONFIGS, HUB_ID, HUB_PROBE_TIMEOUT_S, Corpus, HubUnavailableError, MissingSplitError, load_wikitext2,
+    CONFIGS, HUB_ID, HUB_PROBE_TIMEOUT_S, Corpus, HubUnavailableError, MissingSplitError, available_splits,
+    load_wikitext2, splits_for_folder,
 )
 from spanviz.settings import (
     DATA_SOURCE_FILE, DEFAULT_SPLITS, ENV_DATA_DIR, ENV_EVAL_SPLIT, ENV_HOME, ENV_OFFLINE, ENV_TRAIN_SPLIT,
-    OFFLINE_SPLITS, ROLES, SPLIT_ALIASES, SPLITS, remember_data_source, remembered_data_source, resolve_data_source,
+    OFFLINE_SPLITS, ROLES, SPLIT_ALIASES, SPLITS, command_name, remember_data_source, remembered_data_source, resolve_data_source,
     spanviz_home, splits_from_env,
 )
 
@@ -36,7 +37,8 @@ __all__ = [
     "CACHE_FORMAT", "CONFIGS", "DATA_SOURCE_FILE", "DEFAULT_SPLITS", "ENV_DATA_DIR", "ENV_EVAL_SPLIT", "ENV_HOME",
     "ENV_OFFLINE", "ENV_TRAIN_SPLIT", "EOS", "HUB_ID", "HUB_PROBE_TIMEOUT_S", "OFFLINE_SPLITS", "ROLES",
     "SPLIT_ALIASES", "SPLITS", "TOKENIZER_KINDS", "UNK", "ByteTokenizer", "Corpus", "HubUnavailableError",
-    "MissingSplitError", "TokenData", "Tokenizer", "WordTokenizer", "eval_starts", "get_batch", "iter_eval_batches",
+    "MissingSplitError", "TokenData", "Tokenizer", "WordTokenizer", "available_splits", "command_name", "eval_starts", "get_batch", "iter_eval_batches",
     "load_tokens", "load_wikitext2", "make_tokenizer", "prepare_tokens", "remember_data_source",
-    "remembered_data_source", "resolve_data_source", "spanviz_home", "splits_from_env", "tokenizer_from_dict",
+    "remembered_data_source", "resolve_data_source", "spanviz_home", "splits_for_folder", "splits_from_env",
+    "tokenizer_from_dict",
 ]

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from spanviz.settings import (
-    DATA_SOURCE_FILE, ENV_DATA_DIR, ENV_OFFLINE, OFFLINE_SPLITS, SPLITS, check_splits, env_flag,
-    resolve_data_source, spanviz_home,
+    DATA_SOURCE_FILE, DEFAULT_SPLITS, ENV_DATA_DIR, ENV_OFFLINE, OFFLINE_SPLITS, SPLITS, check_splits, command_name,
+    env_flag, resolve_data_source, spanviz_home,
 )
 
 logger = logging.getLogger(__name__)
@@ -210,6 +210,37 @@ def _find_split_files(folder: Path, split: str, config: str) -> list[Path]:
     return []
 
 
+def available_splits(folder: str | os.PathLike[str], config: str = "wikitext-2-v1") -> list[str]:
+    """The WikiText-2 splits a local folder holds (files as :func:`load_wikitext2` looks for them), in the order
+    train, validation, test; empty for a folder with none (or no folder).
+
+    Raises:
+        ValueError: bad ``config``.
+    """
+    config = _check_config(config)
+    path = Path(folder).expanduser()
+    if not path.is_dir():
+        return []
+    return [s for s in SPLITS if _find_split_files(path, s, config)]
+
+
+def splits_for_folder(folder: str | os.PathLike[str], config: str = "wikitext-2-v1") -> dict[str, str]:
+    """The role → split mapping a folder supports when nobody named the splits: train on ``train`` and evaluate on
+    ``validation`` when it has a train split (:data:`DEFAULT_SPLITS`); without one, train on ``validation`` and
+    evaluate on ``test`` (:data:`OFFLINE_SPLITS`, the shape of the offline copy); a folder with neither gives
+    :data:`DEFAULT_SPLITS` (loading it then says what is missing).
+
+    Raises:
+        ValueError: bad ``config``.
+    """
+    have = available_splits(folder, config)
+    if "train" in have:
+        return {"train": "train", "eval": "validation" if "validation" in have else have[-1]}
+    if "validation" in have:
+        return {"train": "validation", "eval": "test" if "test" in have else "validation"}
+    return dict(DEFAULT_SPLITS)
+
+
 def _missing_split_error(folder: Path, split: str, role: str, config: str) -> MissingSplitError:
     looked_for = ", ".join(_split_file_patterns(split, config))
     available = [s for s in SPLITS if _find_split_files(folder, s, config)]
@@ -294,7 +325,7 @@ def _hub_help(reason: str) -> HubUnavailableError:
         f"{ENV_DATA_DIR}=<folder>, where the folder holds valid.txt/test.txt (and train.txt), "
         f"wiki.*.tokens, or the hub's *.parquet files; for a copy without the train split, train on "
         f"validation: splits={dict(OFFLINE_SPLITS)!r} (command line: --train-split validation --eval-split "
-        f"test). Or, on a machine with internet, run `spanviz prepare-data` once; later runs with "
+        f"test). Or, on a machine with internet, run `{command_name()} prepare-data` once; later runs with "
         f"{ENV_OFFLINE}=1 use the downloaded copy.",
         reason,
     )

@@ -55,7 +55,12 @@ FIGURES_JS = """(els) => els.map((gd) => {
 
 
 class Lab:
-    """A JupyterLab page; console errors and page errors are collected in :attr:`errors`."""
+    """A JupyterLab page; console errors and page errors are collected in :attr:`errors`.
+
+    Every query is scoped to :attr:`scope` (the notebook tab in front; a Voilà page sets its own).
+    """
+
+    scope = ACTIVE
 
     def __init__(self, context: BrowserContext, server: dict, init_script: str | None = None) -> None:
         self.url, self.runtime = server["url"], server.get("runtime")
@@ -127,7 +132,7 @@ class Lab:
             self.page.locator(".jp-DirListing-itemText", has_text=re.compile(rf"^{re.escape(notebook)}$")).dblclick()
         self.opened.append(notebook)
         self.wait_until(f"{notebook} in front", lambda: self.front() == notebook, timeout=120)
-        self.page.locator(f"{ACTIVE} .jp-Notebook").first.wait_for(state="visible", timeout=120_000)
+        self.page.locator(f"{self.scope} .jp-Notebook").first.wait_for(state="visible", timeout=120_000)
         self.wait_until(f"the kernel of {notebook} to start", lambda: self.kernel_state(notebook) == "idle",
                         timeout=240)
 
@@ -142,7 +147,7 @@ class Lab:
         self.wait_until(f"{notebook} in front", lambda: self.front() == notebook, timeout=60)
 
     def prompts(self) -> list[str]:
-        return self.page.eval_on_selector_all(f"{ACTIVE} .jp-CodeCell .jp-InputPrompt",
+        return self.page.eval_on_selector_all(f"{self.scope} .jp-CodeCell .jp-InputPrompt",
                                               "els => els.map(e => e.textContent.trim())")
 
     def run_all(self, notebook: str, timeout: float = 600.0) -> None:
@@ -161,19 +166,19 @@ class Lab:
 
     def cell_errors(self) -> list[str]:
         return self.page.eval_on_selector_all(
-            f"{ACTIVE} .jp-OutputArea-output[data-mime-type='application/vnd.jupyter.error']",
+            f"{self.scope} .jp-OutputArea-output[data-mime-type='application/vnd.jupyter.error']",
             "els => els.map(e => e.textContent.slice(0, 2000))")
 
     def warning_boxes(self) -> list[str]:
         """Everything a cell (or a widget output inside it) wrote to stderr: warnings, logged errors."""
         return self.page.eval_on_selector_all(
-            f"{ACTIVE} .jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']",
+            f"{self.scope} .jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']",
             "els => els.map(e => e.textContent.slice(0, 2000))")
 
     # ------------------------------------------------------------------------------------------ figures
     def figures(self) -> list[dict]:
         """What the notebook in front draws: one dict per plotly figure (see :data:`FIGURES_JS`)."""
-        return self.page.eval_on_selector_all(f"{ACTIVE} .js-plotly-plot", FIGURES_JS)
+        return self.page.eval_on_selector_all(f"{self.scope} .js-plotly-plot", FIGURES_JS)
 
     def figure(self, view: str) -> dict:
         found = [f for f in self.figures() if f["name"] == view]
@@ -204,7 +209,7 @@ class Lab:
     # ------------------------------------------------------------------------------------------ controls
     def slider(self, label: str) -> Locator:
         """The ipywidgets slider whose description is exactly ``label`` (in the notebook in front)."""
-        found = self.page.locator(f"{ACTIVE} .widget-slider").filter(
+        found = self.page.locator(f"{self.scope} .widget-slider").filter(
             has=self.page.locator(".widget-label", has_text=re.compile(rf"^{re.escape(label)}$")))
         assert found.count() >= 1, f"no slider labelled {label!r}"
         return found.first
@@ -225,20 +230,20 @@ class Lab:
 
     def select(self, label: str, value: str) -> None:
         """Pick ``value`` in the Dropdown labelled ``label``."""
-        box = self.page.locator(f"{ACTIVE} .widget-dropdown").filter(
+        box = self.page.locator(f"{self.scope} .widget-dropdown").filter(
             has=self.page.locator("label", has_text=re.compile(rf"^{re.escape(label)}$"))).first
         box.locator("select").select_option(label=value)
 
     def toggle(self, text: str) -> None:
-        self.page.locator(f"{ACTIVE} .widget-toggle-button", has_text=re.compile(rf"^\s*{re.escape(text)}\s*$")).click()
+        self.page.locator(f"{self.scope} .widget-toggle-button", has_text=re.compile(rf"^\s*{re.escape(text)}\s*$")).click()
 
     def button(self, text: str) -> Locator:
-        return self.page.locator(f"{ACTIVE} button.jupyter-button",
+        return self.page.locator(f"{self.scope} button.jupyter-button",
                                  has_text=re.compile(rf"^\s*{re.escape(text)}\s*$")).first
 
     def output_text(self, pattern: str) -> str | None:
         """The text of the first widget output area (an ipywidgets ``Output``) matching ``pattern``, or None."""
-        texts = self.page.eval_on_selector_all(f"{ACTIVE} .jupyter-widgets.widget-output",
+        texts = self.page.eval_on_selector_all(f"{self.scope} .jupyter-widgets.widget-output",
                                                "els => els.map(e => e.innerText)")
         return next((t for t in texts if re.search(pattern, t)), None)
 
