@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from scipy import stats
 
 import spanviz.experiments.core as core
 from spanviz.data import OFFLINE_SPLITS, prepare_tokens
@@ -26,6 +27,7 @@ from spanviz.experiments import (
     save_sweep,
     summarize,
 )
+from spanviz.experiments.stats import WITHIN_NOISE, claim_verdict, equivalence_test, significant_words
 from spanviz.model import GPTConfig
 from spanviz.train import RunRecord, TrainConfig
 
@@ -245,6 +247,56 @@ def test_compare_groups_verdicts_come_out_both_ways_and_pairing_matters():
     assert flipped["lower"]["verdict"].endswith("lower (worse) than standard")
 
 
+def test_claim_verdict_words_a_claim_by_its_test():
+    seed_effect = [1.0, 2.0, 3.0, 4.0, 5.0]
+    jitter = (0.01, -0.01, 0.02, 0.0, -0.02)
+    rows = {r["variant"]: r for r in compare_groups(table({
+        "standard": seed_effect,
+        "lower": [v - 0.10 + e for v, e in zip(seed_effect, jitter)],
+        "noise": [v + e for v, e in zip(seed_effect, (0.3, -0.2, 0.1, -0.3, 0.15))],
+    }), [{"baseline": "standard", "metric": "loss"}])}
+    assert claim_verdict(rows["lower"], "lower") == "shown to be lower (significant at 5 % after Holm)"
+    assert claim_verdict(rows["lower"], "higher", "be worse") == (
+        "not shown to be worse (significant at 5 % after Holm the other way: lower)")
+    assert claim_verdict(rows["noise"], "lower", "grow less than MHSA's") == (
+        "not shown to grow less than MHSA's (within noise)")
+    assert WITHIN_NOISE == "within noise" and rows["noise"]["verdict"] == WITHIN_NOISE
+    assert rows["lower"]["verdict"].startswith(significant_words())
+    one = compare_groups(table({"standard": [1.0], "x": [2.0]}), [{"baseline": "standard", "metric": "loss"}])[1]
+    assert claim_verdict(one, "lower") == "cannot tell: one seed"
+    with pytest.raises(ValueError, match="direction"):
+        claim_verdict(rows["lower"], "smaller")
+    with pytest.raises(ValueError, match="no paired test"):
+        claim_verdict(rows["standard"], "lower")
+
+
+def test_equivalence_test_is_the_paired_tost():
+    base = {s: v for s, v in enumerate([5.0, 5.1, 4.9, 5.05, 4.95])}
+    close = {s: v + e for s, v, e in zip(base, base.values(), (0.001, -0.002, 0.0015, 0.0, -0.001))}
+    wide = {s: v + e for s, v, e in zip(base, base.values(), (0.05, -0.04, 0.03, -0.05, 0.02))}
+    # by hand: TOST at level a is equivalent iff the (1 − 2a) interval of mean(d) lies inside ±margin
+    for arm in (close, wide):
+        d = [arm[s] - base[s] for s in base]
+        mean, se = statistics.fmean(d), statistics.stdev(d) / math.sqrt(len(d))
+        for margin in (0.005, 0.02, 0.08):
+            result = equivalence_test(base, arm, margin)
+            half = stats.t.ppf(0.95, len(d) - 1) * se
+            assert result["equivalent"] == (-margin < mean - half and mean + half < margin)
+            assert result["p"] == pytest.approx(max(stats.t.sf((mean + margin) / se, len(d) - 1),
+                                                    stats.t.sf((margin - mean) / se, len(d) - 1)))
+    assert equivalence_test(base, close, 0.005)["claim"] == "equivalent within ±0.005"
+    assert equivalence_test(base, wide, 0.02)["verdict"].startswith("not shown to be equivalent within ±0.02 (paired TOST, p = ")
+    relative = equivalence_test(base, close, 0.1, relative=True)  # 0.1 % of the baseline mean 5.0 = 0.005
+    assert relative["margin"] == pytest.approx(0.005) and relative["claim"] == "equivalent within ±0.1 %"
+    shifted = equivalence_test({0: 1.0, 1: 2.0}, {0: 1.5, 1: 2.5}, 1.0)  # no spread: no test
+    assert shifted["p"] is None and not shifted["equivalent"] and "p undefined" in shifted["verdict"]
+    for margin in (0, -1.0, float("nan"), True):
+        with pytest.raises(ValueError, match="margin"):
+            equivalence_test(base, close, margin)
+    with pytest.raises(ValueError, match="alpha"):
+        equivalence_test(base, close, 0.1, alpha=5)
+
+
 def test_holm_across_a_sweep_can_turn_a_nominal_result_into_noise():
     """One comparison with p ≈ 0.02 alone is significant; among 7 comparisons of one sweep it is not."""
     base = [5.0, 5.1, 4.9, 5.05, 4.95]
@@ -386,7 +438,8 @@ def test_format_table_lines_up_rows():
 DOCS_RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 
 
-@pytest.mark.parametrize("summary", sorted(p.name for p in DOCS_RESULTS.glob("*.json") if ".per_seed" not in p.name))
+@pytest.mark.parametrize("summary", sorted(p.name.replace(".per_seed.json", ".json")
+                                           for p in DOCS_RESULTS.glob("*.per_seed.json")))  # sweeps, not bench outputs
 def test_the_numbers_in_docs_recompute_from_their_per_seed_files(summary):
     """docs/results holds the sweeps the docs quote: their per-seed CSV gives back every row and verdict."""
     saved = json.loads((DOCS_RESULTS / summary).read_text())

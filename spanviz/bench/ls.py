@@ -236,7 +236,8 @@ def bench_ls_model(
         ``{"config", "ms": {model: {"forward", "train_step"}}, "ratio_ls_over_mhsa": {"forward", "train_step"}}``.
     Raises:
         ValueError: device is not a CUDA device (FlexAttention has no CPU backward).
-    Source: arXiv 2505.15548's latency claim (-36 % inference, -44 % in its revision), measured by spanviz.
+    Source: arXiv 2505.15548's latency claim (-36 % inference per its abstract; -44 % per the revised abstract as
+    quoted in public reviews), measured by spanviz.
     """
     dev = torch.device(device)
     if dev.type != "cuda" or not torch.cuda.is_available():

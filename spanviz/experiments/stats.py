@@ -3,7 +3,9 @@
 Runs with the same seed share initial weights, batch order and evaluation batches, so each comparison is a
 **paired** t-test on the per-seed differences (95 % confidence interval, t, df, p), with Welch's unpaired test
 beside it as a check; the p-values of all comparisons of one sweep are **Holm**-corrected together, and a
-verdict reads "significant at 5 % after Holm: ..." or "within noise". To recompute a sweep's verdicts, read its
+verdict reads "significant at 5 % after Holm: ..." or "within noise" (:data:`WITHIN_NOISE`, :func:`significant_words`;
+:func:`claim_verdict` words a directional claim, :func:`equivalence_test` is the paired TOST that any claim of
+equality needs — the docs take their verdict words from here). To recompute a sweep's verdicts, read its
 per-seed file (:func:`spanviz.experiments.results.read_per_seed`) and call :func:`compare_groups` with the
 ``comparisons`` listed in its summary.
 
@@ -28,6 +30,56 @@ ALPHA = 0.05
 """Family-wise significance level of the verdicts (Holm-corrected across the comparisons of one sweep)."""
 CONFIDENCE = 0.95
 """Level of the confidence intervals of paired differences."""
+
+# ============================================================================================ verdict words
+# The words a verdict may use, in one place: the sweeps' verdicts (compare_groups), the docs and notebooks
+# (rendered from docs/results/ by scripts/render_docs.py) all take them from here. A comparison is
+# "significant at 5 % after Holm" or "within noise" (not established — never "no effect"); a claim that did not
+# pass its test is "not shown to ..."; equality is only claimed after an equivalence test (TOST).
+WITHIN_NOISE = "within noise"
+"""Verdict of a comparison whose Holm-adjusted paired p is not below the level: the difference is not established."""
+NO_DIFFERENCE = "no difference in any seed"
+"""Verdict when both arms are equal seed by seed: nothing to test (left out of the Holm family)."""
+NO_EQUIVALENCE_TEST = "no equivalence test was done"
+"""To be said beside a "within noise" result wherever a reader could take it for equality."""
+
+
+def significant_words(alpha: float = ALPHA) -> str:
+    """"significant at 5 % after Holm" (5 = 100·alpha): the verdict words of a comparison that passed its test."""
+    return f"significant at {100 * alpha:g} % after Holm"
+
+
+def claim_verdict(row: Mapping[str, Any], direction: str, claim: str | None = None, *, alpha: float = ALPHA) -> str:
+    """What a :func:`compare_groups` row allows one to say about the claim "the variant is ``direction`` than
+    its baseline", in the words of its test.
+
+    Args:
+        row: a compared row (with ``p_holm``, ``diff``, ``n_pairs``).
+        direction: "lower" or "higher" — the claim's direction.
+        claim: how the claim reads after "shown to" / "not shown to" (default "be lower" / "be higher"), e.g.
+            "grow less".
+        alpha: the family-wise level the row was judged at.
+    Returns:
+        "shown to CLAIM (significant at 5 % after Holm)" when the Holm-adjusted paired p < alpha in the claim's
+        direction; "not shown to CLAIM (significant at 5 % after Holm the other way: higher)" when it passed in the
+        opposite direction; "not shown to CLAIM (within noise)" otherwise; the row's own verdict ("cannot tell: one
+        seed", "no paired seeds") without two pairs.
+    Raises:
+        ValueError: direction not "lower" / "higher", or a row without a test (a baseline row).
+    """
+    if direction not in ("lower", "higher"):
+        raise ValueError(f"direction must be 'lower' or 'higher', got {direction!r}")
+    if "p_holm" not in row or row.get("n_pairs") is None:
+        raise ValueError(f"row has no paired test (verdict {row.get('verdict')!r}); pass a compared row")
+    claim = claim or f"be {direction}"
+    if row["n_pairs"] < 2:
+        return str(row.get("verdict"))  # "cannot tell: one seed" / "no paired seeds"
+    if row.get("p_holm") is None or row["p_holm"] >= alpha:
+        return f"not shown to {claim} ({WITHIN_NOISE})"
+    if (row["diff"] < 0) == (direction == "lower"):
+        return f"shown to {claim} ({significant_words(alpha)})"
+    other = "higher" if direction == "lower" else "lower"
+    return f"not shown to {claim} ({significant_words(alpha)} the other way: {other})"
 
 
 def metric_value(record: RunRecord, metric: str | Callable[[RunRecord], float | None]) -> float | None:
@@ -113,6 +165,66 @@ def paired_comparison(
         for key, rel in (("diff", "rel_change_pct"), ("ci_low", "rel_ci_low_pct"), ("ci_high", "rel_ci_high_pct")):
             if out[key] is not None:
                 out[rel] = 100.0 * out[key] / abs(ref)
+    return out
+
+
+def equivalence_test(
+    baseline: Mapping[int, float | None],
+    variant: Mapping[int, float | None],
+    margin: float,
+    *,
+    relative: bool = False,
+    alpha: float = ALPHA,
+) -> dict[str, Any]:
+    """Paired equivalence test (TOST) of ``variant − baseline`` over seeds: is |mean difference| < margin?
+
+    Two one-sided paired t-tests on d_s = variant[s] − baseline[s] (``scipy.stats.ttest_1samp`` with
+    ``alternative``): H0₁ mean(d) ≤ −Δ against mean(d) > −Δ, and H0₂ mean(d) ≥ +Δ against mean(d) < +Δ; the
+    TOST p is the larger of the two, and equivalence within ±Δ is shown when it is below ``alpha`` (the same
+    as the (1 − 2·alpha) confidence interval of mean(d) lying inside ±Δ). The margin must be fixed before
+    looking at the data (a published figure, a tolerance) — a margin chosen from the result proves nothing.
+    Not part of any Holm family.
+
+    Args:
+        baseline, variant: seed → value; None and non-finite values are ignored; seeds in both are paired.
+        margin: Δ > 0, in the metric's units, or in % of |mean(baseline)| over the paired seeds with ``relative``.
+        relative: read ``margin`` as a percentage of the baseline mean.
+        alpha: level of each one-sided test, in (0, 1).
+    Returns:
+        dict with ``n_pairs``, ``diff`` (mean paired difference), ``margin`` (Δ, absolute), ``margin_pct`` (when
+        relative), ``p_lower`` / ``p_upper`` (the one-sided p-values against −Δ and +Δ), ``p`` (TOST p, the
+        larger), ``equivalent`` (bool), ``claim`` ("equivalent within ±Δ" or "not shown to be equivalent within
+        ±Δ") and ``verdict`` (the claim with "(paired TOST, p = …)"). With fewer than two pairs, or differences
+        without spread, the p-values are None and ``equivalent`` is False.
+    Raises:
+        ValueError: margin not a number > 0, alpha outside (0, 1), or a mapping key that is not an integer seed.
+    Source: D. J. Schuirmann (1987), the two one-sided tests procedure; SciPy's one-sample t-test.
+    """
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not math.isfinite(margin) or margin <= 0:
+        raise ValueError(f"margin must be a finite number > 0, got {margin!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+        raise ValueError(f"alpha must be a number in (0, 1), got {alpha!r}")
+    base, var = _finite_by_seed("baseline", baseline), _finite_by_seed("variant", variant)
+    seeds = sorted(set(base) & set(var))
+    diffs = [var[s] - base[s] for s in seeds]
+    out: dict[str, Any] = {"n_pairs": len(seeds), "diff": statistics.fmean(diffs) if diffs else None,
+                           "p_lower": None, "p_upper": None, "p": None, "equivalent": False}  # fmt: skip
+    delta = float(margin)
+    if relative:
+        ref = abs(statistics.fmean(base[s] for s in seeds)) if seeds else 0.0
+        out["margin_pct"] = delta
+        delta = delta / 100.0 * ref
+    out["margin"] = delta
+    if len(diffs) >= 2 and statistics.stdev(diffs) > 0 and delta > 0:
+        lower = stats.ttest_1samp(diffs, -delta, alternative="greater")
+        upper = stats.ttest_1samp(diffs, delta, alternative="less")
+        out.update(p_lower=float(lower.pvalue), p_upper=float(upper.pvalue))
+        out["p"] = max(out["p_lower"], out["p_upper"])
+        out["equivalent"] = out["p"] < alpha
+    bound = f"±{out['margin_pct']:g} %" if relative else f"±{delta:g}"
+    p_text = "p undefined" if out["p"] is None else f"p = {out['p']:.2g}"
+    out["claim"] = f"{'equivalent' if out['equivalent'] else 'not shown to be equivalent'} within {bound}"
+    out["verdict"] = f"{out['claim']} (paired TOST, {p_text})"
     return out
 
 
@@ -305,12 +417,12 @@ def _verdict(row: Mapping[str, Any], baseline: str, lower_is_better: bool, alpha
     if row["n_pairs"] < 2:
         return "cannot tell: one seed"
     if row["p"] is None and row["diff"] == 0:
-        return "no difference in any seed"
+        return NO_DIFFERENCE
     if row["p_holm"] is None or row["p_holm"] >= alpha:
-        return "within noise"
+        return WITHIN_NOISE
     lower = row["diff"] < 0
     quality = "better" if lower == lower_is_better else "worse"
-    return f"significant at {100 * alpha:g} % after Holm: {'lower' if lower else 'higher'} ({quality}) than {baseline}"
+    return f"{significant_words(alpha)}: {'lower' if lower else 'higher'} ({quality}) than {baseline}"
 
 
 def describe_comparison(row: Mapping[str, Any]) -> str:
@@ -372,5 +484,6 @@ def summarize(
     return compare_groups(table, [spec], alpha=alpha)
 
 
-__all__ = ["ALPHA", "CONFIDENCE", "METRICS", "compare_groups", "describe_comparison", "holm", "metric_value",
-           "paired_comparison", "per_seed_table", "summarize"]
+__all__ = ["ALPHA", "CONFIDENCE", "METRICS", "NO_DIFFERENCE", "NO_EQUIVALENCE_TEST", "WITHIN_NOISE", "claim_verdict",
+           "compare_groups", "describe_comparison", "equivalence_test", "holm", "metric_value", "paired_comparison",
+           "per_seed_table", "significant_words", "summarize"]
