@@ -9,12 +9,13 @@ all alike; medians compared. Cases:
 * ``dense_causal_sdpa`` — the baseline: ``scaled_dot_product_attention(..., is_causal=True)``;
 * ``ls_sdpa`` — SDPA with the LS boolean mask (dense mask: no work is skipped), :func:`spanviz.model.fused_attention`;
 * ``ls_explicit`` — explicit scores + mask + softmax (what the probes use), :func:`spanviz.model.explicit_attention`;
-* CUDA only (d_head >= 16): ``ls_flex`` — :func:`spanviz.local_global.flex_attention` (compiled FlexAttention with
-  the cached LS block mask, skipping empty 128×128 tiles: the path that can be faster; what the model calls),
-  ``dense_causal_flex`` — the same with a causal block mask, so the LS speed-up can also be read within one
-  kernel, ``ls_flex_direct`` — the compiled kernel called directly with an LS block mask of the same tiles
-  (the cost of the library's wrapper is the difference to ``ls_flex``), and ``ls_flex_direct_tiles64`` — the
-  same with 64×64 tiles.
+* CUDA only (d_head >= 16): ``ls_flex`` — :func:`spanviz.local_global.flex_attention`, what the model calls
+  (the local heads on compiled FlexAttention with the cached block mask of their band, skipping empty 128×128
+  tiles; the global heads on causal SDPA), ``dense_causal_flex`` — the library call with a causal mask (every
+  head on FlexAttention), ``dense_causal_flex_direct`` — the same compiled kernel called directly (the
+  library's wrapper cost is the difference), ``ls_flex_direct`` — every head on the compiled kernel with the
+  whole LS block mask (the library's path before the head split), and ``ls_flex_direct_tiles64`` — the same
+  with 64×64 tiles.
   Also on CUDA, ``model``: the whole TinyGPT of the paper's shape (:func:`bench_ls_model`), LS on FlexAttention
   over MHSA on causal SDPA (FlashAttention), forward and train step.
 
@@ -93,6 +94,7 @@ def bench_ls(
     dtype: str = "auto",
     seed: int = 0,
     min_run_time: float = MIN_RUN_TIME,
+    curve: bool | None = None,
 ) -> dict[str, Any]:
     """Forward and forward+backward time of LS-attention backends over dense causal SDPA, in one run.
 
@@ -109,12 +111,14 @@ def bench_ls(
             first flex call compiles).
         dtype: "auto" (bfloat16 on CUDA, float32 on CPU), "float32" or "bfloat16".
         seed: for q, k, v.
+        curve: also measure :func:`bench_ls_curve` (CUDA; T 2048-8192 × d_head 32, 64); None = unless ``quick``.
     Returns:
         dict with ``config``, ``device``, ``dtype``, ``threads``, ``cases`` (names), ``ms``
         {case: {"forward": median ms per call, "forward_backward": median ms per call}}, ``ratio_vs_dense``
         {case: {"forward": t_case / t_dense_causal_sdpa, "forward_backward": ...}} (< 1 = faster),
-        on CUDA ``flex_ratio_same_kernel`` (ls_flex over dense_causal_flex), ``mask_shares`` (see
-        :func:`mask_shares`) and ``caveat``.
+        on CUDA ``flex_ratio_same_kernel`` (ls_flex over dense_causal_flex), ``wrapper_ms`` (the library call's
+        cost over the same compiled kernel called directly, dense causal), ``model`` (:func:`bench_ls_model`) and
+        ``curve``; ``mask_shares`` (see :func:`mask_shares`) and ``caveat``.
     Raises:
         ValueError: bad sizes, an unknown dtype, or device "cuda" without CUDA.
     Source: arXiv 2505.15548's latency comparison, measured at the attention-op level by spanviz.
@@ -126,6 +130,7 @@ def bench_ls(
         check_int("batch", batch, 1)
     local_global.check_head_split(n_head, n_local, window)
     repeats = (3 if quick else 10) if repeats is None else check_int("repeats", repeats, 1)
+    curve = not quick if curve is None else curve
     check_float("min_run_time", min_run_time, 0.0, low_open=True)
     check_choice("dtype", dtype, ("auto", "float32", "bfloat16"))
     if device == "auto":
@@ -149,7 +154,11 @@ def bench_ls(
     if on_cuda and local_global.flex_available() and d_head >= local_global.FLEX_MIN_D_HEAD:
         cases["ls_flex"] = lambda q, k, v: local_global.flex_attention(q, k, v, ls_mod)
         cases["dense_causal_flex"] = lambda q, k, v: local_global.flex_attention(q, k, v, causal_mod)
-        # The same kernel called directly (no wrapper), with the library's 128×128 tiles and with 64×64 tiles.
+        # The compiled kernel called directly (no wrapper): dense causal (the wrapper's cost is the difference to
+        # dense_causal_flex, the same kernel), and every head on FlexAttention with the whole LS mask (what the
+        # library did before it split the heads), with 128×128 and with 64×64 tiles.
+        direct_causal = _flex_with_tiles(causal_mod, n_head, T, dev, 128)
+        cases["dense_causal_flex_direct"] = lambda q, k, v: direct_causal(q, k, v)
         direct128 = _flex_with_tiles(ls_mod, n_head, T, dev, 128)
         cases["ls_flex_direct"] = lambda q, k, v: direct128(q, k, v)
         if T >= 128:  # FlexAttention (torch 2.11) fails to compile 64×64 tiles for 64 < T < 128
@@ -201,9 +210,70 @@ def bench_ls(
     if "ls_flex" in cases:
         out["flex_ratio_same_kernel"] = {p: ms["ls_flex"][p] / ms["dense_causal_flex"][p] for p in passes}
         out["mask_shares_block64"] = mask_shares(T, n_head, n_local, window, block=64)
+        out["wrapper_ms"] = {p: ms["dense_causal_flex"][p] - ms["dense_causal_flex_direct"][p] for p in passes}
         out["model"] = bench_ls_model(dev, repeats=repeats, n_head=n_head, d_head=d_head, n_local=n_local,
                                       window=window, T=T, seed=seed, min_run_time=min_run_time)
+        if curve:
+            out["curve"] = bench_ls_curve(dev, n_head=n_head, n_local=n_local, window=window, seed=seed,
+                                          repeats=max(3, repeats // 2), min_run_time=min_run_time)
     return out
+
+
+CURVE_T = (2048, 4096, 8192)
+CURVE_D_HEAD = (32, 64)
+CURVE_TOKENS = 16 * 2048
+"""Batch × T of every point of :func:`bench_ls_curve` (the paper shape's batch 16 at T 2048)."""
+
+
+def bench_ls_curve(
+    device: torch.device | str = "cuda", *, Ts: tuple[int, ...] = CURVE_T, d_heads: tuple[int, ...] = CURVE_D_HEAD,
+    n_head: int = PAPER_SHAPE["n_head"], n_local: int = PAPER_SHAPE["n_local"], window: int = PAPER_SHAPE["window"],
+    repeats: int = 5, seed: int = 0, min_run_time: float = MIN_RUN_TIME,
+) -> dict[str, Any]:
+    """LS (``local_global.flex_attention``, the model's path) over dense causal SDPA, bf16, over T and d_head.
+
+    Each point keeps batch × T = :data:`CURVE_TOKENS`, so the dense cost grows like T and the band's like p.
+
+    Returns:
+        ``{"config", "points": [{"T", "d_head", "batch", "ms": {case: {pass: ms}}, "ratio": {pass: ls/dense},
+        "mask_shares"}]}``.
+    Raises:
+        ValueError: device is not a CUDA device.
+    Source: spanviz's measurement of arXiv 2505.15548's latency claim.
+    """
+    dev = torch.device(device)
+    if dev.type != "cuda" or not torch.cuda.is_available():
+        raise ValueError(f"device must be a CUDA device for the LS curve, got {str(device)!r}")
+    ls_mod = local_global.head_mask_mod(n_local, window)
+    points = []
+    for d_head in d_heads:
+        for T in Ts:
+            batch = max(1, CURVE_TOKENS // T)
+            g = torch.Generator().manual_seed(seed)
+            shape = (batch, n_head, T, d_head)
+            q, k, v, grad_out = (torch.randn(shape, generator=g).to(dev, torch.bfloat16) for _ in range(4))
+            q, k, v = (t.requires_grad_() for t in (q, k, v))
+            cases = {"dense_causal_sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                     "ls_flex": lambda q, k, v: local_global.flex_attention(q, k, v, ls_mod)}
+            closures = {}
+            for name, fn in cases.items():
+                def fwd(fn=fn) -> None:
+                    with torch.no_grad():
+                        fn(q, k, v)
+
+                def fwd_bwd(fn=fn) -> None:
+                    for t in (q, k, v):
+                        t.grad = None
+                    fn(q, k, v).backward(grad_out)
+
+                closures[f"{name}/forward"], closures[f"{name}/forward_backward"] = fwd, fwd_bwd
+            med = _milliseconds(interleaved_medians(closures, repeats, warmup=2, min_run_time=min_run_time))
+            ms = {name: {p: med[f"{name}/{p}"] for p in ("forward", "forward_backward")} for name in cases}
+            points.append({"T": T, "d_head": d_head, "batch": batch, "ms": ms,
+                           "ratio": {p: ms["ls_flex"][p] / ms["dense_causal_sdpa"][p] for p in ms["ls_flex"]},
+                           "mask_shares": mask_shares(T, n_head, n_local, window)})
+    return {"config": {"n_head": n_head, "n_local": n_local, "window": window, "tokens_per_batch": CURVE_TOKENS,
+                       "dtype": "bfloat16", "repeats": repeats}, "points": points}
 
 
 def _flex_with_tiles(mask_mod: local_global.MaskMod, n_head: int, T: int, device: torch.device,

@@ -86,6 +86,20 @@ def generate_local_global(n_local: int, window: int) -> MaskMod:
     return mask_mod
 
 
+@functools.cache
+def generate_local(window: int) -> MaskMod:
+    """Every head local with window p (argument unchecked): the predicate of the local heads alone.
+
+    :func:`spanviz.local_global.flex_attention` runs the local heads of a split apart from the global ones,
+    on this head-independent band; cached like :func:`generate_local_global`.
+    """
+    # allowed(i, j) = (j <= i) and (i − j < p)
+    mask_mod = and_masks(causal_mask, generate_sliding_window(window))
+    mask_mod.__name__ = f"local_{window}"
+    mask_mod.n_local, mask_mod.window = None, window  # type: ignore[attr-defined]  # None: every head
+    return mask_mod
+
+
 def head_mask_mod(n_local: int = 0, window: int | None = None) -> MaskMod:
     """Mask predicate for heads ``h < n_local`` local (window p = ``window``) and the rest global.
 
@@ -186,10 +200,13 @@ def block_mask(mask_mod: MaskMod, n_head: int, T: int, device: torch.device | st
     Raises:
         ValueError: n_head or T not an integer >= 1.
     """
+    key = (n_head, T, str(device))
+    hit = _BLOCK_CACHE.get(mask_mod, {}).get(key)  # the hot path (every FlexAttention call): no checks, no lock
+    if hit is not None:
+        return hit
     check_int("n_head", n_head, 1)
     check_int("T", T, 1)
     device = torch.device(device)
-    key = (n_head, T, str(device))
     return _cached(_BLOCK_CACHE, mask_mod, key, lambda: create_block_mask(mask_mod, None, n_head, T, T, device=device))
 
 
