@@ -14,6 +14,7 @@ import torch
 
 from spanviz.fp8.casting import utilisation
 from spanviz.fp8.core import _check_delta, logit_bounds, scale_from_bound
+from spanviz.fp8.scaling import dynamic_scale
 from spanviz.threads import torch_threads
 from spanviz.validators import check_int
 
@@ -164,7 +165,9 @@ class BoundsVsRank:
 
     def curves(self, delta: float, margin: int, r: int) -> dict:
         """Arguments of ``spanviz.plots.bound_vs_rank_data``: each bound times 2^margin — the largest |S| the E4M3
-        scale picked from that bound holds (s = 448 / (2^margin · B)); at margin 0, the bounds themselves."""
+        scale picked from that bound holds (s = 448 / (2^margin · B)); at margin 0, the bounds themselves. Also
+        ``reference`` = √(r/d_head) × the rank-aware one at r = d_head (what the bound would be if it shrank like
+        √r; it does not, because γ grows as r shrinks) and ``gamma`` = γ(r) at δ."""
         rows = self.rows(delta)
         headroom, suffix = 2.0**margin, f" × 2^{margin}" if margin else ""
 
@@ -172,12 +175,21 @@ class BoundsVsRank:
             return np.array([row[key] for row in rows])  # (d_head,)
 
         names = {"worst_case": "worst case", "agnostic": "rank-agnostic", "rank_aware": "rank-aware"}
-        return {"ranks": col("r"), "observed": col("observed_max"), "r": r,
-                "bounds": {f"{names[key]}{suffix}": headroom * col(key) for key in BOUND_KEYS}}
+        ranks, aware = col("r"), headroom * col("rank_aware")
+        # √(r/d_head) · B_rank-aware(d_head)
+        reference = np.sqrt(ranks / self.d_head) * aware[ranks == self.d_head][0]
+        return {"ranks": ranks, "observed": col("observed_max"), "r": r, "reference": reference,
+                "gamma": col("gamma"), "bounds": {f"{names[key]}{suffix}": headroom * col(key) for key in BOUND_KEYS}}
 
     def scales(self, delta: float, margin: int, r: int) -> list[dict]:
         """Per strategy at rank r (:func:`bound_scales`): ``strategy`` (:data:`STRATEGY_LABELS`), ``bound``, the
-        E4M3 ``scale`` picked from it and the fraction of the E4M3 range the observed max |S| then ``used``."""
-        table = bound_scales(self.row(delta, r), margin=margin)
-        return [{"strategy": STRATEGY_LABELS[key], "bound": e["bound"], "scale": e["scale"], "used": e["utilisation"]}
-                for key, e in table.items()]
+        E4M3 ``scale`` picked from it and the fraction of the E4M3 range the observed max |S| then ``used``; last,
+        "dynamic": the scale from the observed max |S| itself (:func:`spanviz.fp8.dynamic_scale`, which has to
+        compute every logit first), its ``bound`` that observed max."""
+        row = self.row(delta, r)
+        table = bound_scales(row, margin=margin)
+        out = [{"strategy": STRATEGY_LABELS[key], "bound": e["bound"], "scale": e["scale"], "used": e["utilisation"]}
+               for key, e in table.items()]
+        amax = row["observed_max"]
+        scale = dynamic_scale(amax, margin=margin)
+        return [*out, {"strategy": "dynamic", "bound": amax, "scale": scale, "used": utilisation(amax, scale)}]
