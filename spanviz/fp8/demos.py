@@ -14,7 +14,6 @@ import torch
 
 from spanviz.fp8.casting import utilisation
 from spanviz.fp8.core import _check_delta, logit_bounds, scale_from_bound
-from spanviz.fp8.scaling import dynamic_scale
 from spanviz.threads import torch_threads
 from spanviz.validators import check_int
 
@@ -183,13 +182,7 @@ class BoundsVsRank:
 
     def scales(self, delta: float, margin: int, r: int) -> list[dict]:
         """Per strategy at rank r (:func:`bound_scales`): ``strategy`` (:data:`STRATEGY_LABELS`), ``bound``, the
-        E4M3 ``scale`` picked from it and the fraction of the E4M3 range the observed max |S| then ``used``; last,
-        "dynamic": the scale from the observed max |S| itself (:func:`spanviz.fp8.dynamic_scale`, which has to
-        compute every logit first), its ``bound`` that observed max."""
-        row = self.row(delta, r)
-        table = bound_scales(row, margin=margin)
-        out = [{"strategy": STRATEGY_LABELS[key], "bound": e["bound"], "scale": e["scale"], "used": e["utilisation"]}
-               for key, e in table.items()]
-        amax = row["observed_max"]
-        scale = dynamic_scale(amax, margin=margin)
-        return [*out, {"strategy": "dynamic", "bound": amax, "scale": scale, "used": utilisation(amax, scale)}]
+        E4M3 ``scale`` picked from it and the fraction of the E4M3 range the observed max |S| then ``used``."""
+        table = bound_scales(self.row(delta, r), margin=margin)
+        return [{"strategy": STRATEGY_LABELS[key], "bound": e["bound"], "scale": e["scale"], "used": e["utilisation"]}
+                for key, e in table.items()]

@@ -113,8 +113,11 @@ class FP8Panel(Panel):
     def _update_scales(self) -> None:
         delta, margin, r = self._settings()
         row = self.bounds.row(delta, r)
+        amax = row["observed_max"]
+        dynamic = {"strategy": "dynamic", "bound": amax, "scale": fp8.dynamic_scale(amax, margin=margin)}
+        dynamic["used"] = fp8.utilisation(amax, dynamic["scale"])  # the scale from the observed max |S| itself
         lines = [f"<tr><td>{s['strategy']}</td><td>{s['bound']:.3g}</td><td>{s['scale']:.3g}</td>"
-                 f"<td>{s['used']:.1%}</td></tr>" for s in self.bounds.scales(delta, margin, r)]
+                 f"<td>{s['used']:.1%}</td></tr>" for s in [*self.bounds.scales(delta, margin, r), dynamic]]
         self.scales.value = (
             f"<b>r = {r}</b>, γ = {row['gamma']:.3g}, σ = {row['sigma']:.3g}, observed max |S| = "
             f"{row['observed_max']:.3g}<table><tr><th>strategy</th><th>bound</th><th>E4M3 scale</th>"
