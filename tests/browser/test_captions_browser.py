@@ -147,9 +147,10 @@ def test_spans_captions_quote_the_drawn_change_band_and_angles(browser, replay_l
         check(m.group(1), upper[-1], "band at the last evaluation", caption)
         check(m.group(2), max(upper), "widest band", caption)
         assert int(m.group(3)) == alpha["x"][upper.index(max(upper))]
-        outside = abs(alpha["y"][-1]) > max(upper)
-        assert ("outside the band" in caption) == outside and ("inside the band" in caption) == (
-            abs(alpha["y"][-1]) <= upper[-1])
+        last = abs(alpha["y"][-1])
+        verdict = ("outside the band, wider than any seed difference" if last > max(upper) else
+                   "outside the band at this step, but not wider" if last > upper[-1] else "inside the band")
+        assert verdict in caption, f"the change {alpha['y'][-1]:+.2f} % against the band: expected {verdict!r}"
         m = expect(caption, r"Largest change over the run: ([+−]\d+\.\d+) % \(step (\d+)\)")
         k = max(range(n), key=lambda i: abs(alpha["y"][i]))
         check(m.group(1), alpha["y"][k], "largest change", caption)
@@ -242,11 +243,17 @@ def test_fp8_captions_quote_the_drawn_bounds_crossings_and_overflows(browser, re
                 assert int(m.group(1)) == len(crossed) and int(m.group(2)) == crossed[0]
             else:
                 expect(caption, rf"never above the {name} bound")
-        for name, total, at in re.findall(r"(\w+) ([\d,]+)(?: at (\d+) steps)?", caption.split(
-                "summed over layers):")[1].split(".")[0]):
-            counts = page.trace(traces, f"overflows: {name}")["y"]
-            assert int(total.replace(",", "")) == round(sum(v for v in counts if v is not None)), name
-            assert int(at or 0) == sum(1 for v in counts if v), name
+        quoted = caption.split("summed over layers):")[1].split(".")[0].split(";")
+        for part in quoted:
+            name, total, at, first = expect(part.strip(), r"^(\w+) ([\d,]+)(?: at (\d+) steps \(first at step (\d+)\))?$"
+                                            ).groups()
+            drawn = page.trace(traces, f"overflows: {name}")
+            counts = drawn["y"]
+            assert int(total.replace(",", "")) == round(sum(v for v in counts if v is not None)), (name, part)
+            assert int(at or 0) == sum(1 for v in counts if v), (name, part)
+            if first:
+                assert int(first) == drawn["x"][next(i for i, v in enumerate(counts) if v)], (name, part)
+        assert len(quoted) == sum(t["name"].startswith("overflows: ") for t in traces), "every strategy quoted"
         assert page.trace(traces, "overflows: dynamic")["y"], "the dynamic strategy is drawn"
         coincide = re.search(r"The (\S+) and (\S+) bounds coincide at every step", caption)
         legend = [t["name"] for t in traces if t["name"].startswith("bound: ")]
