@@ -237,7 +237,7 @@ def subspace_angles_figure(angles: Mapping[str, Any], title: str | None = None) 
     """
     fig = go.Figure(data=subspace_angles_data(angles))
     fig.update_layout(
-        title=title or "principal angles between the spans of Q, K, V (0° = a shared direction)",
+        title=title or "principal angles between spans (0° = shared)",
         xaxis_title="angle index k (smallest first)",
         yaxis={"title": "angle θ_k (degrees)", "range": [0, 90], "dtick": 15},
         barmode="group",

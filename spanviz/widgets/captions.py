@@ -180,6 +180,8 @@ def max_logit_caption(histories: Mapping[str, Mapping[str, Sequence[Any]]], key:
     labels = list(peaks)
     for label in labels[1:]:
         text += f" {_e(label)} against {_e(labels[0])}: {_pct(100.0 * (peaks[label][0] / peaks[labels[0]][0] - 1))}."
+    if len(labels) > 1:
+        text += " One seed each: <code>spanviz sweep ls</code> tells whether such a difference holds over seeds."
     return _p(text)
 
 

@@ -152,19 +152,21 @@ class TrainingPanel:
         self.views = {v.name: FigureView(v.build({}), static=self.static, name=f"train/{v.name}") for v in self.live}
         self.runner = Runner(on_update=self._on_update, on_finish=self._on_finish, refresh_hz=refresh_hz,
                              threads=threads)
-        start = W.Button(description="Train", icon="play", button_style="success",
+        start = W.Button(description="Train", icon="play", button_style="success", layout=W.Layout(width="110px"),
                          tooltip="train the current settings from scratch (replays runs the store has)")
-        resume = W.Button(description="Continue", icon="forward", disabled=True,
+        resume = W.Button(description="Continue", icon="forward", disabled=True, layout=W.Layout(width="110px"),
                           tooltip="train the stopped runs on from where they stopped")
-        stop = W.Button(description="Stop", icon="stop", button_style="danger", disabled=True)
-        progress = W.IntProgress(value=0, min=0, max=1, description="steps", layout=W.Layout(width="240px"))
+        stop = W.Button(description="Stop", icon="stop", button_style="danger", disabled=True,
+                        layout=W.Layout(width="110px"))
+        progress = W.IntProgress(value=0, min=0, max=1, description="steps",
+                                 style={"description_width": "initial"}, layout=W.Layout(width="200px"))
         start.on_click(lambda _b: self.train())
         resume.on_click(lambda _b: self.resume())
         stop.on_click(lambda _b: self.stop(wait=False))
         self.controls: dict[str, W.Widget] = {"start": start, "resume": resume, "stop": stop, "progress": progress}
         # The status takes the rest of the row at its full text width; when that does not fit it moves, whole, to
         # a line of its own (the row wraps) instead of breaking its text over two lines.
-        self.status = W.HTML("ready: press Train", layout=W.Layout(flex="1 0 auto", max_width="100%"))
+        self.status = W.HTML("ready: press Train", layout=W.Layout(width="auto", flex="1 0 auto", max_width="100%"))
         self.error = W.HTML("")
         self.captions = {v.name: W.HTML("", layout=W.Layout(width="100%")) for v in self.live if v.caption}
         for name, caption in self.captions.items():

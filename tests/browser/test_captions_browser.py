@@ -94,8 +94,18 @@ def open_replayed(browser, replay_lab: dict, notebook: str) -> tuple[Lab, Page]:
 
 
 def screenshot(lab: Lab, selector: str, path: Path) -> None:
-    lab.page.wait_for_timeout(1500)  # the last redraw
-    lab.page.locator(f"{ACTIVE} {selector}").first.screenshot(path=str(path))
+    """The whole element, however tall: the window is made taller than it for the shot (JupyterLab scrolls inside
+    its notebook panel, so a normal window would cut it), then put back."""
+    el = lab.page.locator(f"{ACTIVE} {selector}").first
+    size = lab.page.viewport_size
+    height = el.evaluate("el => el.getBoundingClientRect().height")
+    lab.page.set_viewport_size({"width": size["width"], "height": int(height) + 400})
+    try:
+        el.evaluate("el => el.scrollIntoView({block: 'start'})")
+        lab.page.wait_for_timeout(2500)  # the figures' relayout to the new window
+        el.screenshot(path=str(path))
+    finally:
+        lab.page.set_viewport_size(size)
 
 
 def check_loss_caption(page: Page, caption: str) -> None:
