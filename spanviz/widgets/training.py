@@ -130,7 +130,8 @@ class TrainingPanel:
     Attributes:
         widget: the VBox to display. controls: ``start``, ``resume``, ``stop`` buttons, ``progress``.
         status: HTML line. error: HTML area that shows a run's exception and traceback.
-        views: name → :class:`FigureView`. runner: the :class:`spanviz.runner.Runner`.
+        views: name → :class:`FigureView`. captions: name → the HTML under a live figure whose view has a
+        caption. runner: the :class:`spanviz.runner.Runner`.
     """
 
     def __init__(
