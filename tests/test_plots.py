@@ -273,7 +273,10 @@ def test_fp8_colors_are_one_per_strategy_and_coinciding_bounds_say_so():
     assert "bound: rank-agnostic (= rank-aware here)" in names and "bound: rank-aware (= rank-agnostic here)" in names
     agnostic, aware = fig.data[2], fig.data[3]
     assert agnostic.line.width > 2 * aware.line.width and aware.line.dash == "dot"  # both visible when equal
-    scale_colors = [t.line.color for t in fig.data if t.name.startswith("scale: ")]
+    scales = [t for t in fig.data if t.name.startswith("scale: ")]
+    assert scales[1].name == "scale: agnostic (= deterministic here)"  # equal curves say so, drawn dotted on top
+    assert scales[0].line.dash == "solid" and all(t.line.dash == "dot" for t in scales[1:])
+    scale_colors = [t.line.color for t in scales]
     assert len(set(scale_colors)) == len(plots.STRATEGY_COLORS)  # no two strategies share a color
     hues = []
     for c in scale_colors:  # and no two are near-identical shades (the pinks of the old palette)

@@ -103,15 +103,22 @@ def fp8_panel_data(
                        "legendgroup": "above", "showlegend": False,
                        "hovertemplate": f"step %{{x}}: max |S| above the {name} bound<extra></extra>"})
     strategies = list(dict.fromkeys([*scales, *overflows]))
-    for k, (name, y) in enumerate(scales.items()):
+    # A strategy whose curve equals an earlier one's at every step is drawn dotted on top of it, and says so.
+    scale_curves = {name: col(f"scales[{name!r}]", y) for name, y in scales.items()}
+    same = coinciding(scale_curves)
+    for k, (name, y) in enumerate(scale_curves.items()):
         i = strategies.index(name)
-        traces.append({"type": "scatter", "x": x, "y": col(f"scales[{name!r}]", y), "name": f"scale: {name}",
-                       "mode": "lines", "line": {"color": bound_color(name, i + 5), "width": 2},
+        traces.append({"type": "scatter", "x": x, "y": y, "name": f"scale: {name}{_coincide_note(name, same)}",
+                       "mode": "lines", "line": {"color": bound_color(name, i + 5), "width": 2 if name in same else 4,
+                                                 "dash": "dot" if name in same else "solid"},
                        "legendgroup": "scales", **({"legendgrouptitle": {"text": "FP8 scale"}} if k == 0 else {})})
-    for k, (name, y) in enumerate(overflows.items()):
+    counts = {name: col(f"overflows[{name!r}]", y) for name, y in overflows.items()}
+    same = coinciding(counts)
+    for k, (name, y) in enumerate(counts.items()):
         i = strategies.index(name)
-        traces.append({"type": "scatter", "x": x, "y": col(f"overflows[{name!r}]", y), "name": f"overflows: {name}",
-                       "mode": "lines+markers", "marker": {"size": 4}, "line": {"color": bound_color(name, i + 5)},
+        traces.append({"type": "scatter", "x": x, "y": y, "name": f"overflows: {name}{_coincide_note(name, same)}",
+                       "mode": "lines+markers", "marker": {"size": 4},
+                       "line": {"color": bound_color(name, i + 5), "dash": "dot" if name in same else "solid"},
                        "legendgroup": "overflows",
                        **({"legendgrouptitle": {"text": "E4M3 overflows"}} if k == 0 else {})})
     return traces

@@ -70,17 +70,22 @@ class Page:
         self.lab = lab
 
     def traces(self, selector: str) -> list[dict]:
+        """The drawn traces of the figure in ``selector`` (waiting for the figure to draw data)."""
         el = self.lab.page.locator(f"{ACTIVE} {selector}").first
-        data = el.evaluate(TRACES_JS)
-        assert data, f"no drawn figure in {selector}"
-        return data
+
+        def drawn() -> list[dict] | None:
+            data = el.evaluate(TRACES_JS)
+            return data if data and any(t["x"] or t["y"] for t in data) else None
+
+        return self.lab.wait_until(f"a drawn figure in {selector}", drawn, timeout=120)
 
     def caption(self, name: str) -> str:
         el = self.lab.page.locator(f"{ACTIVE} .spanviz-caption-{name}").first
         return self.lab.wait_until(f"caption {name!r}", lambda: el.inner_text().strip(), timeout=120)
 
     def trace(self, traces: list[dict], name: str) -> dict:
-        found = [t for t in traces if t["name"] == name]
+        """The trace called ``name`` (or ``name (= … here)``, when it coincides with another)."""
+        found = [t for t in traces if t["name"] == name or t["name"].startswith(f"{name} (= ")]
         assert len(found) == 1, f"no single trace {name!r} in {[t['name'] for t in traces]}"
         return found[0]
 
