@@ -217,7 +217,7 @@ def test_local_global_captions_quote_the_drawn_peaks(browser, replay_lab: dict, 
         # The H100 figure: the caption's per-seed peaks are its stars, in the panel's names and colors.
         peaks_text = lab.wait_until("the H100 caption", lambda: lab.page.locator(
             f"{ACTIVE} .spanviz-caption-peaks").first.inner_text().strip(), timeout=60)
-        cell = f".jp-Cell:has(.spanviz-caption-peaks)"
+        cell = ".jp-Cell:has(.spanviz-caption-peaks)"
         h100 = page.traces(f"{cell} .js-plotly-plot")
         names = [t["name"] for t in h100 if t["name"].endswith(": peak of each seed")]
         assert [n.split(":")[0] for n in names] == ["MHSA", "LS (5 local, p=50)", "QK-norm"], names
@@ -232,6 +232,7 @@ def test_local_global_captions_quote_the_drawn_peaks(browser, replay_lab: dict, 
             check(m.group(2), statistics.fmean(stars), f"{variant} mean", peaks_text)
             check(m.group(3), statistics.stdev(stars), f"{variant} std", peaks_text)
         # ... in the colors of the panel's figures: MHSA and LS as there
+        screenshot(lab, cell, screenshot_dir / "02_local_global_heads-replay-h100.png")
         panel_color = {t["name"].split(" ")[0]: t["color"] for t in traces}  # MHSA, LS
         h100_color = {t["name"].split(" ")[0]: t["color"] for t in h100 if "(mean of" in t["name"]}
         assert panel_color == {k: h100_color.get(k) for k in panel_color}, (panel_color, h100_color)
