@@ -482,6 +482,75 @@ def test_fp8_probe_weight_jump_overflows_delayed_not_geometry_aware():
     assert fp8.FP8Probe(strategies=("delayed", "deterministic", "theory"))(trainer) != row  # state matters
 
 
+# ------------------------------------------------------------------------------------ dynamic scaling
+@settings(max_examples=200, deadline=None)
+@given(
+    exponent=st.integers(-30, 30),
+    n=st.integers(1, 300),
+    seed=st.integers(0, 2**31 - 1),
+    margin=st.sampled_from([0, 1, 3]),
+    fmt=st.sampled_from(["e4m3", "e5m2"]),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float16]),
+)
+def test_dynamic_scale_is_fmax_over_amax_and_never_overflows(exponent, n, seed, margin, fmt, dtype):
+    gen = torch.Generator().manual_seed(seed)
+    magnitude = 10.0**exponent if dtype is not torch.float16 else 10.0 ** max(-4, min(exponent, 4))
+    x = (torch.randn(n, generator=gen, dtype=torch.float64) * magnitude).to(dtype)  # any size, sign and dtype
+    amax = float(x.abs().max())
+    s = fp8.dynamic_scale(amax, margin=margin, fmt=fmt)
+    if amax >= fp8.AMAX_EPS:
+        assert s == fp8.FP8_MAX[fmt] / amax / 2**margin  # exactly the current amax's scale
+    assert fp8.count_overflow(x, s, fmt) == 0  # by construction: max |x·s| = fmax / 2^margin
+    assert fp8.utilisation(amax, s, fmt) <= 1.0 + 1e-6
+
+
+def test_dynamic_scale_edges_and_the_non_finite_exception():
+    assert fp8.dynamic_scale(torch.tensor(2.0)) == 224.0
+    zeros = torch.zeros(8)
+    s = fp8.dynamic_scale(float(zeros.abs().max()))
+    assert s == 448.0 / fp8.AMAX_EPS and fp8.count_overflow(zeros, s) == 0  # all zero: large, finite, safe
+    for bad in (math.inf, math.nan):  # an inf (or NaN) among the scores: no scale can hold it
+        assert fp8.dynamic_scale(bad) == 1.0
+    x = torch.tensor([1.0, 3.0, math.inf])
+    assert fp8.count_overflow(x, fp8.dynamic_scale(float(x.abs().max()))) >= 1  # the exception: non-finite input
+    for kwargs, field in [(dict(amax=-1.0), "amax"), (dict(amax=-math.inf), "amax"),
+                          (dict(amax=1.0, margin=-1), "margin"), (dict(amax=1.0, fmt="e3m4"), "fmt")]:
+        with pytest.raises(ValueError, match=field):
+            fp8.dynamic_scale(**kwargs)
+
+
+def test_fp8_probe_dynamic_never_overflows_where_delayed_does_and_with_dynamic_agrees():
+    model = _perturbed_model(bias=True)
+    trainer = _trainer(model)
+    with_dyn = fp8.FP8Probe(strategies=("delayed", "dynamic", "deterministic"), margin=1)
+    without = fp8.FP8Probe(strategies=("delayed", "deterministic"), margin=1)
+    rows_with, rows_without = [], []
+    for step in range(4):
+        if step == 2:
+            with torch.no_grad():
+                for block in model.blocks:  # a sudden weight change: delayed scaling overflows
+                    block.attn.W_Q.weight.mul_(8.0)
+                    block.attn.W_Q.bias.mul_(8.0)
+        rows_with.append(with_dyn(trainer))
+        rows_without.append(without(trainer))
+    jump = rows_with[2]
+    assert jump["fp8/overflow/delayed"] > 0 and jump["fp8/overflow/dynamic"] == 0
+    for i in range(2):
+        amax = jump[f"fp8/L{i}/max_abs_logit"]
+        assert jump[f"fp8/L{i}/scale/dynamic"] == 448.0 / amax / 2.0  # margin 1
+        assert jump[f"fp8/L{i}/utilisation/dynamic"] == pytest.approx(0.5)
+    # the columns derived from the recorded amax are the probe's own
+    history = {"step": list(range(4)), **{k: [r[k] for r in rows_without] for k in rows_without[0]}}
+    derived = fp8.with_dynamic(history, margin=1)
+    for key in [k for k in rows_with[0] if k.endswith("/dynamic")]:
+        assert derived[key] == [r[key] for r in rows_with], key
+    assert "fp8/overflow/dynamic" not in history  # the input is not changed
+    history["fp8/L0/max_abs_logit"][1] = None  # a row the probe did not measure
+    assert fp8.with_dynamic(history, margin=1)["fp8/overflow/dynamic"][1] is None
+    with pytest.raises(ValueError, match="max_abs_logit"):
+        fp8.with_dynamic({"step": [0], "train_loss": [1.0]})
+
+
 # --------------------------------------------------------------------------------------------- rank knob
 def test_random_bounds_vs_rank():
     rows = fp8.random_bounds_vs_rank(128, 32, [1, 4, 16, 32], delta=1e-3, n_tokens=64, seed=0)

@@ -25,9 +25,11 @@ def test_weight_swap_overflows_delayed_scaling_only(synthetic):
     json.dumps(res)
     assert res["event_step"] == 4  # first update on the swapped weights
     summary = {row["strategy"]: row for row in res["summary"]}
-    assert set(summary) == {"delayed", "theory", "deterministic", "calibrated"}
+    assert set(summary) == {"delayed", "dynamic", "theory", "deterministic", "calibrated"}
     assert summary["delayed"]["overflow_during"] > 0
-    assert all(summary["deterministic"][k] == 0 for k in ("overflow_before", "overflow_during", "overflow_after"))
+    for safe in ("deterministic", "dynamic"):  # from the weights alone / from the current amax
+        assert all(summary[safe][k] == 0 for k in ("overflow_before", "overflow_during", "overflow_after")), safe
+    assert summary["dynamic"]["median_utilisation"] == pytest.approx(1.0)  # the whole E4M3 range, every step
     history = res["runs"][0]["history"]
     assert history["step"] == list(range(8))
     amax = history["fp8/L0/max_abs_logit"]
@@ -47,15 +49,16 @@ def test_fp8_sweep_keeps_runs_swaps_every_seed_and_tests_strategies_against_dela
     json.dumps(res)
     assert len(store.list()) == 4 and res["event_step"] == {"none": 3, "weight_swap": 4}
     table = res["per_seed"]
-    assert len(table) == 2 * 2 * 4  # variants × seeds × strategies
+    assert len(table) == 2 * 2 * 5  # variants × seeds × strategies
     swap = [r for r in table if r["scenario"] == "weight_swap" and r["strategy"] == "delayed"]
     assert [r["seed"] for r in swap] == [0, 1] and all(r["overflow_during"] > 0 for r in swap)  # each seed swapped
-    assert all(r["overflow_during"] == 0 for r in table if r["strategy"] == "deterministic")
+    assert all(r["overflow_during"] == 0 for r in table if r["strategy"] in ("deterministic", "dynamic"))
     assert all(0 < r["alpha_obs_median"] <= r["alpha_obs_max"] <= 1 for r in table)
     rows = {(r["scenario"], r["strategy"]): r for r in res["rows"]}
     assert rows[("weight_swap", "delayed")]["verdict"] == "baseline"
-    det = rows[("weight_swap", "deterministic")]
-    assert det["diff"] < 0 and det["n_pairs"] == 2 and det["p"] is not None
+    for name in ("deterministic", "dynamic"):
+        row = rows[("weight_swap", name)]
+        assert row["diff"] < 0 and row["n_pairs"] == 2 and row["p"] is not None, name
     assert rows[("none", "deterministic")]["verdict"] in (
         "no difference in any seed", "within noise", "significant at 5 % after Holm: lower (better) than delayed")
     assert "weight_swap/margin=0: logits overflowing in the transient window — delayed in 2 of 2" in res["verdict"]

@@ -232,31 +232,60 @@ def test_max_logit_one_line_per_run_and_layer():
 
 
 # ------------------------------------------------------------------------------------------------ FP8
-def test_fp8_panel_rows_order_crossings_and_spike():
+def test_fp8_panel_rows_order_strip_of_crossings_and_spike():
     steps = [0, 1, 2]
     fig = plots.fp8_panel_figure(
         steps,
-        observed=[1.0, 2.0, 30.0],
+        observed=[1.0, 20.0, 30.0],
         bounds={"worst case": [50.0] * 3, "rank-aware": [10.0] * 3},
         scales={"delayed": [448.0, 224.0, 224.0], "theory": [44.8] * 3},
         overflows={"delayed": [0, 0, 3], "theory": [0, 0, 0]},
         spike=(1, 1, 30.0), max_step=100,
     )
-    assert len(fig.data) == 1 + 2 + 1 + 2 + 2
+    assert len(fig.data) == 1 + 2 + 2 + 2 + 2
     assert fig.data[0].name == "observed max |S|"
     axes = [t.yaxis for t in fig.data]
-    assert axes == ["y"] * 4 + ["y2"] * 2 + ["y3"] * 2
-    crossed = fig.data[3]
-    assert list(crossed.x) == [2] and list(crossed.text) == ["rank-aware"]  # 30 > 10, < 50
-    np.testing.assert_array_equal(fig.data[6].y, [0, 0, 3])
-    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis2.type == "log"
-    assert [fig.layout[f"xaxis{i}"].showticklabels for i in ("", "2", "3")] == [True] * 3
-    assert [fig.layout[f"xaxis{i}"].range for i in ("", "2", "3")] == [(0, 100)] * 3
-    assert len([s for s in fig.layout.shapes if s.type == "rect"]) == 3  # the spike, in every row
+    assert axes == ["y"] * 3 + ["y2"] * 2 + ["y3"] * 2 + ["y4"] * 2
+    # the crossings are a strip below the curves, one row per bound, not markers over them
+    above_wc, above_ra = fig.data[3], fig.data[4]
+    assert list(above_wc.x) == [] and list(above_ra.x) == [1, 2] and list(above_ra.y) == [1, 1]  # 20, 30 > 10
+    assert above_ra.name == "above rank-aware: 2 of 3 steps"
+    assert list(fig.layout.yaxis2.ticktext) == ["worst case", "rank-aware"]
+    np.testing.assert_array_equal(fig.data[7].y, [0, 0, 3])
+    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis3.type == "log"
+    assert fig.layout.yaxis.minorloglabels == fig.layout.yaxis3.minorloglabels == "complete"  # 20, 50; not 2, 5
+    assert [fig.layout[f"xaxis{i}"].showticklabels for i in ("", "2", "3", "4")] == [True] * 4
+    assert [fig.layout[f"xaxis{i}"].range for i in ("", "2", "3", "4")] == [(0, 100)] * 4
+    assert len([s for s in fig.layout.shapes if s.type == "rect"]) == 4  # the spike, in every row
     groups = {t.legendgroup for t in fig.data}
-    assert groups == {"logits", "scales", "overflows"}
+    assert groups == {"logits", "above", "scales", "overflows"}
     with pytest.raises(ValueError, match="observed"):
         plots.fp8_panel_figure(steps, [1.0], {}, {}, {})
+
+
+def test_fp8_colors_are_one_per_strategy_and_coinciding_bounds_say_so():
+    steps = [0, 1]
+    same = [5.0, 6.0]
+    fig = plots.fp8_panel_figure(
+        steps, observed=[1.0, 2.0], bounds={"worst case": [9.0, 9.0], "rank-agnostic": same, "rank-aware": same},
+        scales={s: [1.0, 1.0] for s in plots.STRATEGY_COLORS}, overflows={s: [0, 0] for s in plots.STRATEGY_COLORS})
+    names = [t.name for t in fig.data]
+    assert "bound: rank-agnostic (= rank-aware here)" in names and "bound: rank-aware (= rank-agnostic here)" in names
+    agnostic, aware = fig.data[2], fig.data[3]
+    assert agnostic.line.width > 2 * aware.line.width and aware.line.dash == "dot"  # both visible when equal
+    scales = [t for t in fig.data if t.name.startswith("scale: ")]
+    assert scales[1].name == "scale: agnostic (= deterministic here)"  # equal curves say so, drawn dotted on top
+    assert scales[0].line.dash == "solid" and all(t.line.dash == "dot" for t in scales[1:])
+    scale_colors = [t.line.color for t in scales]
+    assert len(set(scale_colors)) == len(plots.STRATEGY_COLORS)  # no two strategies share a color
+    hues = []
+    for c in scale_colors:  # and no two are near-identical shades (the pinks of the old palette)
+        r, g, b = (int(c[i:i + 2], 16) / 255 for i in (1, 3, 5))
+        hues.append(np.array([r, g, b]))
+    assert min(np.abs(a - b).sum() for i, a in enumerate(hues) for b in hues[i + 1:]) > 0.3
+    # a bound and the strategy whose scale it gives share the color
+    assert plots.bound_color("rank-aware") == plots.STRATEGY_COLORS["theory"]
+    assert plots.bound_color("worst case × 2^1") == plots.STRATEGY_COLORS["deterministic"]
 
 
 def test_bound_vs_rank_marks_current_rank():
@@ -269,3 +298,9 @@ def test_bound_vs_rank_marks_current_rank():
     np.testing.assert_allclose(ring.y, [8.0, 2.0, 1.0])
     with pytest.raises(ValueError, match="r=3"):
         plots.bound_vs_rank_figure(ranks, bounds, r=3)
+    ref = [1.5, 3 / 2**0.5, 1.5 * 2**0.5, 3.0]
+    fig = plots.bound_vs_rank_figure(ranks, bounds, r=8, reference=ref, gamma=[9.0, 6.0, 4.0, 3.0])
+    reference = next(t for t in fig.data if t.name.startswith("√(r/d_head)"))
+    np.testing.assert_allclose(reference.y, ref)
+    assert list(fig.data[1].customdata) == [9.0, 6.0, 4.0, 3.0] and "γ" in fig.data[1].hovertemplate
+    assert fig.layout.yaxis.minorloglabels == "complete"

@@ -12,6 +12,10 @@ WikiText-2 with an :class:`spanviz.fp8.FP8Probe` on every update, and a transien
   logits are larger";
 * ``"none"``: no transient (the baseline: what plain training does to delayed scaling).
 
+Beside delayed scaling and the geometry-aware scales the sweep records dynamic (current-amax) scaling, the
+default of today's FP8 training libraries (torchao removed delayed scaling): it never overflows, and what it costs
+— a max-reduction over the logits before every cast — is not something an fp32 simulation counts.
+
 Everything is simulated in fp32: overflows are counted on S·s before any cast, as the entries a
 non-saturating E4M3 cast would turn into NaN (:func:`spanviz.fp8.count_overflow`, ``count="cast"``).
 Offline (a local folder), train on the validation split and evaluate on the test split (the split policy of
@@ -47,8 +51,10 @@ logger = logging.getLogger(__name__)
 
 SCENARIOS = ("lr_spike", "weight_swap", "none")
 SIZES = ("cpu",)
-STRATEGIES = ("delayed", "theory", "deterministic", "calibrated")
-"""The strategies the experiment compares; "delayed" is the baseline of every comparison."""
+STRATEGIES = ("delayed", "dynamic", "theory", "deterministic", "calibrated")
+"""The strategies the experiment compares; "delayed" is the baseline of every comparison. "dynamic" (current
+amax, per tensor: what torchao and Transformer Engine's current scaling do) cannot overflow, and pays for it with
+a reduction over all logits before each cast; the geometry-aware ones need only the weights."""
 
 DEFAULT_MODEL = dict(context_length=64, n_layer=2, n_head=4, d_model=64)
 """A CPU-sized tiny GPT (``vocab_size`` comes from the data)."""

@@ -14,11 +14,12 @@ Read :mod:`spanviz.fp8.core` first: it is the technique, top to bottom. Beside i
 * :mod:`~spanviz.fp8.folding` — LayerNorm gain/bias and q/k biases folded into the weights so that ρ² = d
   (+1) exactly: :func:`fold_qk`, :func:`normalized_input`, :func:`layer_sigma`;
 * :mod:`~spanviz.fp8.power` — :class:`PowerIteration` (implicit, warm-started, *under*-estimates σ);
-* :mod:`~spanviz.fp8.scaling` — strategies: :func:`strategy_alpha`, :class:`CalibratedAlpha`, and
-  Transformer Engine-style :class:`DelayedScaling`;
+* :mod:`~spanviz.fp8.scaling` — strategies: :func:`strategy_alpha`, :class:`CalibratedAlpha`,
+  Transformer Engine-style :class:`DelayedScaling`, and dynamic (current-amax) :func:`dynamic_scale`;
 * :mod:`~spanviz.fp8.casting` — FP8 mechanics: :func:`fake_quantize`, :func:`count_overflow`,
   :func:`utilisation`;
-* :mod:`~spanviz.fp8.probe` — the training probe :class:`FP8Probe`;
+* :mod:`~spanviz.fp8.probe` — the training probe :class:`FP8Probe` and :func:`with_dynamic` (the dynamic
+  strategy's columns from any probe history);
 * :mod:`~spanviz.fp8.demos` — the rank-knob demo :func:`random_bounds_vs_rank`, :func:`bounds_at_delta` (its
   rows at another δ), :func:`bound_scales` (the scale each bound gives, as notebook 03's table shows it) and
   :class:`BoundsVsRank` (the draw cached for the panel's sliders).
@@ -45,21 +46,25 @@ from spanviz.fp8.demos import (
 )
 from spanviz.fp8.folding import FoldedQK, fold_qk, layer_sigma, normalized_input
 from spanviz.fp8.power import PowerIteration
-from spanviz.fp8.probe import FP8Probe
+from spanviz.fp8.probe import FP8Probe, with_dynamic
 from spanviz.fp8.scaling import (
     ALPHA_CHOICES,
+    AMAX_EPS,
     DELAYED_ALGOS,
     STRATEGIES,
     CalibratedAlpha,
     DelayedScaling,
+    dynamic_scale,
     strategy_alpha,
 )
 
 __all__ = [
-    "ALPHA_CHOICES", "BOUND_KEYS", "BoundsVsRank", "STRATEGY_LABELS", "CAST_OVERFLOW", "DELAYED_ALGOS",
+    "ALPHA_CHOICES", "AMAX_EPS", "BOUND_KEYS", "BoundsVsRank", "STRATEGY_LABELS", "CAST_OVERFLOW", "DELAYED_ALGOS",
     "EXACT_METHODS", "FORMATS", "FP8_MAX",
     "OVERFLOW_COUNTS", "STRATEGIES", "CalibratedAlpha", "DelayedScaling", "FP8Probe", "FoldedQK", "PowerIteration",
-    "alpha_agnostic", "alpha_star", "bound_scales", "bounds_at_delta", "count_overflow", "fake_quantize", "fold_qk",
+    "alpha_agnostic", "alpha_star", "bound_scales", "bounds_at_delta", "count_overflow", "dynamic_scale",
+    "fake_quantize", "fold_qk",
     "geometry_scale", "layer_sigma", "logit_bounds", "normalized_input", "random_bounds_vs_rank",
-    "scale_from_bound", "solve_gamma", "spectral_norms_exact", "strategy_alpha", "utilisation", "worst_case_bound",
+    "scale_from_bound", "solve_gamma", "spectral_norms_exact", "strategy_alpha", "utilisation", "with_dynamic",
+    "worst_case_bound",
 ]  # fmt: skip

@@ -164,7 +164,9 @@ class BoundsVsRank:
 
     def curves(self, delta: float, margin: int, r: int) -> dict:
         """Arguments of ``spanviz.plots.bound_vs_rank_data``: each bound times 2^margin — the largest |S| the E4M3
-        scale picked from that bound holds (s = 448 / (2^margin · B)); at margin 0, the bounds themselves."""
+        scale picked from that bound holds (s = 448 / (2^margin · B)); at margin 0, the bounds themselves. Also
+        ``reference`` = √(r/d_head) × the rank-aware one at r = d_head (what the bound would be if it shrank like
+        √r; it does not, because γ grows as r shrinks) and ``gamma`` = γ(r) at δ."""
         rows = self.rows(delta)
         headroom, suffix = 2.0**margin, f" × 2^{margin}" if margin else ""
 
@@ -172,8 +174,11 @@ class BoundsVsRank:
             return np.array([row[key] for row in rows])  # (d_head,)
 
         names = {"worst_case": "worst case", "agnostic": "rank-agnostic", "rank_aware": "rank-aware"}
-        return {"ranks": col("r"), "observed": col("observed_max"), "r": r,
-                "bounds": {f"{names[key]}{suffix}": headroom * col(key) for key in BOUND_KEYS}}
+        ranks, aware = col("r"), headroom * col("rank_aware")
+        # √(r/d_head) · B_rank-aware(d_head)
+        reference = np.sqrt(ranks / self.d_head) * aware[ranks == self.d_head][0]
+        return {"ranks": ranks, "observed": col("observed_max"), "r": r, "reference": reference,
+                "gamma": col("gamma"), "bounds": {f"{names[key]}{suffix}": headroom * col(key) for key in BOUND_KEYS}}
 
     def scales(self, delta: float, margin: int, r: int) -> list[dict]:
         """Per strategy at rank r (:func:`bound_scales`): ``strategy`` (:data:`STRATEGY_LABELS`), ``bound``, the

@@ -6,7 +6,8 @@ its ``__qualname__`` and ``describe()`` enter the results-store key, so both sta
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -15,7 +16,7 @@ from torch import Tensor, nn
 from spanviz.fp8.casting import count_overflow, utilisation
 from spanviz.fp8.core import FORMATS, _check_delta, geometry_scale, logit_bounds
 from spanviz.fp8.folding import _check_bilinear, layer_sigma
-from spanviz.fp8.scaling import STRATEGIES, CalibratedAlpha, DelayedScaling, strategy_alpha
+from spanviz.fp8.scaling import STRATEGIES, CalibratedAlpha, DelayedScaling, dynamic_scale, strategy_alpha
 from spanviz.modes import eval_mode
 from spanviz.validators import check_choice, check_float, check_int
 
@@ -35,8 +36,11 @@ class FP8Probe:
     (:func:`count_overflow` with ``count="cast"``: |S·s| > 464 for E4M3; values in (448, 464] round to 448).
 
     Strategies: "delayed" (:class:`DelayedScaling`, history in probe calls: with ``every`` > 1 it sees
-    only every ``every``-th step), "theory" (α*(δ)), "agnostic", "deterministic" (α = 1), "calibrated"
-    (:class:`CalibratedAlpha`).
+    only every ``every``-th step), "dynamic" (:func:`dynamic_scale` from this step's own amax: never overflows,
+    needs the reduction over the logits first), "theory" (α*(δ)), "agnostic", "deterministic" (α = 1),
+    "calibrated" (:class:`CalibratedAlpha`). "dynamic" is not in the default list (the stored runs of notebook 03
+    were made without it, and the list is part of their store key): its columns are a function of the recorded
+    amax alone, and :func:`with_dynamic` adds them to any FP8Probe history.
 
     Keys (all prefixed ``fp8/``; ℓ = layer index): ``L{ℓ}/max_abs_logit``, ``L{ℓ}/sigma``, ``L{ℓ}/gamma``,
     ``L{ℓ}/bound_worst_case``, ``L{ℓ}/bound_agnostic``, ``L{ℓ}/bound_rank_aware``,
@@ -45,7 +49,7 @@ class FP8Probe:
 
     Args:
         every: probe period in steps, >= 1. delta: δ in (0, 1). margin: >= 0 (all strategies).
-        strategies: subset of ("delayed", "theory", "agnostic", "deterministic", "calibrated").
+        strategies: subset of ("delayed", "dynamic", "theory", "agnostic", "deterministic", "calibrated").
         fmt: "e4m3" or "e5m2". power_of_two: round geometry-aware scales down to powers of two.
         history_len, algo: for "delayed". kappa, burn_in, decay: for "calibrated".
     Optional protocol parts: ``describe()`` (settings), ``state_dict()`` / ``load_state_dict()`` (the
@@ -175,6 +179,8 @@ class FP8Probe:
         for s in self.strategies:
             if s == "delayed":
                 scale = self.delayed[i].step(amax)
+            elif s == "dynamic":
+                scale = dynamic_scale(amax, margin=self.margin, fmt=self.fmt)
             else:
                 if s == "calibrated":
                     alpha = self.calibrated[i].alpha
@@ -190,3 +196,42 @@ class FP8Probe:
             row[f"overflow/{s}"] = count_overflow(logits, scale, self.fmt)
             row[f"utilisation/{s}"] = utilisation(amax, scale, self.fmt)
         return row
+
+
+def with_dynamic(history: Mapping[str, Sequence[Any]], margin: float = 0.0, fmt: str = "e4m3") -> dict[str, list[Any]]:
+    """An :class:`FP8Probe` history with the "dynamic" strategy's columns added where it has none.
+
+    Dynamic scaling's scale is a function of the step's own amax (:func:`dynamic_scale`), which the probe records
+    per layer (``fp8/L{ℓ}/max_abs_logit``), so its columns follow from any probe history: per layer
+    ``scale/dynamic`` = fmax / amax / 2^margin, ``utilisation/dynamic`` = amax·s/fmax (= 1/2^margin) and
+    ``overflow/dynamic`` = 0 — the same numbers the probe computes with "dynamic" among its strategies. Rows whose
+    amax is None or not finite get None (the count of the inf entries is not in the history).
+
+    Args:
+        history: ``{key: [value per row]}`` with ``step`` and the ``fp8/L{ℓ}/max_abs_logit`` columns (not changed).
+        margin, fmt: those of the probe that recorded it (the scale is divided by 2^margin).
+    Returns: a new dict; the history itself when it already has ``fp8/overflow/dynamic``.
+    Raises: ValueError when the history has no ``fp8/L{ℓ}/max_abs_logit`` column, or for a bad margin or fmt.
+    Source: spanviz (the dynamic strategy as torchao and Transformer Engine's current scaling define it).
+    """
+    if "fp8/overflow/dynamic" in history:
+        return dict(history)
+    check_choice("fmt", fmt, FORMATS)
+    margin = check_float("margin", margin, 0.0)
+    layers = sorted(int(k.split("/")[1][1:]) for k in history if k.startswith("fp8/L") and k.endswith("/max_abs_logit"))
+    if not layers:
+        raise ValueError(f"history has no fp8/L<layer>/max_abs_logit column (FP8Probe); keys: {sorted(history)[:10]}")
+    out = {k: list(v) for k, v in history.items()}
+    total: list[int | None] = [0] * len(out[f"fp8/L{layers[0]}/max_abs_logit"])
+    for ell in layers:
+        amaxes = out[f"fp8/L{ell}/max_abs_logit"]
+        known = [amax is not None and math.isfinite(amax) for amax in amaxes]
+        # s = fmax / amax / 2^margin: this step's own amax, so no logit lands above fmax
+        scales = [dynamic_scale(a, margin=margin, fmt=fmt) if ok else None for a, ok in zip(amaxes, known)]
+        out[f"fp8/L{ell}/scale/dynamic"] = scales
+        out[f"fp8/L{ell}/utilisation/dynamic"] = [utilisation(a, s, fmt) if ok else None
+                                                  for a, s, ok in zip(amaxes, scales, known)]
+        out[f"fp8/L{ell}/overflow/dynamic"] = [0 if ok else None for ok in known]
+        total = [t if ok else None for t, ok in zip(total, known)]  # a row not measured in a layer: None in the sum
+    out["fp8/overflow/dynamic"] = total
+    return out

@@ -7,9 +7,14 @@ A strategy picks the scale for a step *before* that step's logits are seen:
   (both probabilistic, assuming isotropic, independent queries and keys);
 * "calibrated" (:class:`CalibratedAlpha`): α measured from observed logits with a safety factor;
 * "delayed" (:class:`DelayedScaling`): Transformer Engine's recipe from the amax history — the baseline the
-  geometry-aware strategies are compared with (it only knows past steps).
+  geometry-aware strategies are compared with (it only knows past steps);
+* "dynamic" (:func:`dynamic_scale`): current (just-in-time) scaling per tensor, what torchao's float8 training
+  and Transformer Engine's current-scaling recipe do today — the scale comes from the amax of the very tensor
+  about to be cast. It cannot overflow (except on non-finite input), and it costs a reduction over every score
+  (max |S|) that must finish *before* the cast can start: one more pass over B·H·T² values, and across devices
+  an all-reduce. The geometry-aware scales need only the weights, known before the forward pass.
 
-The scale itself is :func:`spanviz.fp8.core.geometry_scale`.
+The geometry-aware scale itself is :func:`spanviz.fp8.core.geometry_scale`.
 """
 
 from __future__ import annotations
@@ -23,8 +28,43 @@ from spanviz.fp8.core import FORMATS, FP8_MAX, _as_float, alpha_agnostic, alpha_
 from spanviz.validators import check_choice, check_float, check_int
 
 ALPHA_CHOICES = ("theory", "agnostic", "deterministic", "calibrated")
-STRATEGIES = ("delayed",) + ALPHA_CHOICES
+STRATEGIES = ("delayed", "dynamic") + ALPHA_CHOICES
 DELAYED_ALGOS = ("max", "most_recent")
+AMAX_EPS = 1e-12
+"""The smallest amax :func:`dynamic_scale` divides by (torchao's float8 ``EPS``): an all-zero tensor gets a large,
+finite scale instead of a division by zero."""
+
+
+def dynamic_scale(amax: float | torch.Tensor, *, margin: float = 0.0, fmt: str = "e4m3") -> float:
+    """Dynamic (current, per-tensor) scaling: s = fmax / (2^margin · amax), amax = max |x| of the tensor to cast.
+
+    The amax is the one of the tensor this scale is for, so no entry can land above fmax: max |x|·s = fmax / 2^margin
+    (up to one rounding of the product, which a cast rounds back to fmax). What that costs: the amax is a
+    reduction over the whole tensor (here every attention logit) that has to finish before the cast starts.
+
+    Args:
+        amax: max |x| >= 0 of the tensor about to be cast (float or one-element tensor). Below
+            :data:`AMAX_EPS` it counts as AMAX_EPS (an all-zero tensor). A non-finite amax (the tensor holds an
+            inf or NaN) has no scale that helps: 1.0 is returned (Transformer Engine's scale before any amax),
+            and the non-finite entries overflow whatever the scale.
+        margin: >= 0, the scale is divided by 2^margin (as for the other strategies).
+        fmt: "e4m3" (fmax 448) or "e5m2" (fmax 57344).
+    Returns: s (float); for a finite amax >= AMAX_EPS exactly fmax / amax / 2^margin.
+    Raises: ValueError for a negative amax, a bad margin or an unknown format.
+    Source: torchao float8 training (``tensorwise`` dynamic scaling: ``amax_to_scale`` with EPS 1e-12) and
+    Transformer Engine's current-scaling recipe; the margin is spanviz's, to compare like with like.
+    """
+    fmax = FP8_MAX[check_choice("fmt", fmt, FORMATS)]
+    margin = check_float("margin", margin, 0.0)
+    amax = _as_float(amax)
+    if math.isnan(amax) or math.isinf(amax):
+        if amax < 0:
+            raise ValueError(f"amax must be >= 0, got {amax}")
+        return 1.0
+    if amax < 0:
+        raise ValueError(f"amax must be >= 0, got {amax}")
+    # s = fmax / amax / 2^margin, the amax of this very tensor
+    return fmax / max(amax, AMAX_EPS) / 2.0**margin
 
 
 def strategy_alpha(strategy: str, d: int, r: int, n_pairs: int, n_keys: int, delta: float) -> float:

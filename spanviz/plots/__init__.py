@@ -26,11 +26,12 @@ Input contracts (numpy arrays or anything ``np.asarray`` accepts; torch tensors 
 
 from spanviz.plots.common import COLORS, DASHES, ORDER_COLORS, History, Trace, keys_under, layer_series, series
 from spanviz.plots.curves import (
-    loss_curves_data, loss_curves_figure, relative_change_data, relative_change_figure, relative_change_series,
-    seed_band,
+    SYMBOLS, loss_curves_data, loss_curves_figure, relative_change_data, relative_change_figure,
+    relative_change_series, seed_band, seed_peaks, seed_peaks_data, variant_widths,
 )
 from spanviz.plots.fp8 import (
-    E4M3_MAX, bound_vs_rank_data, bound_vs_rank_figure, fp8_panel_data, fp8_panel_figure, fp8_series,
+    E4M3_MAX, FP8_ROWS, STRATEGY_COLORS, bound_color, bound_vs_rank_data, bound_vs_rank_figure, coinciding,
+    fp8_panel_data, fp8_panel_figure, fp8_series,
 )
 from spanviz.plots.local_global import (
     attention_heads_data, attention_heads_figure, head_masks_data, head_masks_figure, max_logit_data, max_logit_figure,
@@ -41,11 +42,12 @@ from spanviz.plots.spans import (
 )
 
 __all__ = [
-    "COLORS", "DASHES", "E4M3_MAX", "ORDER_COLORS", "SPAN_BLOCK_CELLS", "History", "Trace", "attention_heads_data",
-    "attention_heads_figure", "bound_vs_rank_data", "bound_vs_rank_figure", "energy_by_order_data",
-    "energy_by_order_figure", "energy_series", "fp8_panel_data", "fp8_panel_figure", "fp8_series", "head_masks_data",
-    "head_masks_figure", "keys_under", "layer_series", "loss_curves_data", "loss_curves_figure", "max_logit_data",
-    "max_logit_figure", "relative_change_data", "relative_change_figure", "relative_change_series", "seed_band",
-    "series", "span_block_title", "span_blocks_data", "span_blocks_figure", "span_toy", "span_toy_data",
-    "span_toy_figure", "subspace_angles_data", "subspace_angles_figure",
+    "COLORS", "DASHES", "E4M3_MAX", "FP8_ROWS", "History", "ORDER_COLORS", "SPAN_BLOCK_CELLS", "STRATEGY_COLORS",
+    "SYMBOLS", "Trace", "attention_heads_data", "attention_heads_figure", "bound_color", "bound_vs_rank_data",
+    "bound_vs_rank_figure", "coinciding", "energy_by_order_data", "energy_by_order_figure", "energy_series",
+    "fp8_panel_data", "fp8_panel_figure", "fp8_series", "head_masks_data", "head_masks_figure", "keys_under",
+    "layer_series", "loss_curves_data", "loss_curves_figure", "max_logit_data", "max_logit_figure",
+    "relative_change_data", "relative_change_figure", "relative_change_series", "seed_band", "seed_peaks",
+    "seed_peaks_data", "series", "span_block_title", "span_blocks_data", "span_blocks_figure", "span_toy",
+    "span_toy_data", "span_toy_figure", "subspace_angles_data", "subspace_angles_figure", "variant_widths",
 ]

@@ -46,11 +46,23 @@ def _as_seed_runs(runs: Mapping[str, Any]) -> dict[str, list[History]]:
     return {name: [h] if isinstance(h, Mapping) else list(h) for name, h in runs.items()}
 
 
+SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star")
+"""Marker symbols of the variants, in order: runs whose curves lie on top of each other stay told apart."""
+
+
+def variant_widths(n: int) -> list[float]:
+    """Line widths of ``n`` variants, widest first (2 pixels apart, the last 1.5): curves that coincide to the
+    pixel show as nested stripes, each variant visible, instead of the last one drawn hiding the others."""
+    return [1.5 + 2.0 * (n - 1 - v) for v in range(n)]
+
+
 def loss_curves_data(runs: Mapping[str, Any], metrics: str | Sequence[str] = "val_loss") -> list[Trace]:
     """Traces of :func:`loss_curves_figure`: per (variant, metric) a band (mean ± std) then the mean line."""
     metrics = (metrics,) if isinstance(metrics, str) else tuple(metrics)
     traces: list[Trace] = []
-    for v, (name, histories) in enumerate(_as_seed_runs(runs).items()):
+    seed_runs = _as_seed_runs(runs)
+    widths = variant_widths(len(seed_runs))
+    for v, (name, histories) in enumerate(seed_runs.items()):
         color = _color(v)
         for m, metric in enumerate(metrics):
             b = seed_band(histories, metric)
@@ -77,8 +89,8 @@ def loss_curves_data(runs: Mapping[str, Any], metrics: str | Sequence[str] = "va
                     "x": x,
                     "y": b["mean"],
                     "mode": "lines+markers" if len(x) <= 60 else "lines",
-                    "line": {"color": color, "dash": DASHES[m % len(DASHES)]},
-                    "marker": {"size": 4},
+                    "line": {"color": color, "dash": DASHES[m % len(DASHES)], "width": widths[v]},
+                    "marker": {"size": 4 + widths[v], "symbol": SYMBOLS[v % len(SYMBOLS)]},
                     "legendgroup": label,
                     "name": label if n == 1 else f"{label} (mean of {n} seeds)",
                 }
@@ -97,7 +109,9 @@ def loss_curves_figure(
     Args:
         runs: ``{variant: [history per seed]}`` (a single history stands for one seed). Variants are colored
             in insertion order; each history needs ``step`` and every metric.
-        metrics: one metric name or several (drawn solid, dashed, dotted ... per metric).
+        metrics: one metric name or several (drawn solid, dashed, dotted ... per metric). Variants differ in
+            color, line width (the first widest, :func:`variant_widths`) and marker symbol, so runs whose curves
+            coincide stay visible.
         title: figure title; default names the metrics.
         log_y: logarithmic loss axis.
     Returns:
@@ -111,13 +125,43 @@ def loss_curves_figure(
     fig.update_layout(
         title=title or " / ".join(m.replace("_", " ") for m in metrics),
         xaxis_title="step",
-        yaxis_title="loss (nats)",
-        yaxis_type="log" if log_y else "linear",
+        yaxis={"title": {"text": "loss (nats)"}, "type": "log" if log_y else "linear", "minorloglabels": "complete"},
         margin={"l": 50, "r": 10, "t": 40, "b": 40},
         height=320,
         legend={"orientation": "h", "y": -0.2},
     )
     return fig
+
+
+def seed_peaks(runs: Mapping[str, Any], metric: str) -> dict[str, list[tuple[float, float]]]:
+    """Each seed's peak of one metric: ``{variant: [(step, value) per seed]}`` (the largest measured value).
+
+    Args: runs: ``{variant: [history per seed]}`` (a single history stands for one seed). metric: e.g.
+        ``"logits/max"``.
+    Raises: ValueError: malformed runs or a history lacking the metric.
+    """
+    out: dict[str, list[tuple[float, float]]] = {}
+    for name, histories in _as_seed_runs(runs).items():
+        out[name] = []
+        for h in histories:
+            steps, values = series(h, metric)
+            if len(values):
+                k = int(np.argmax(values))
+                out[name].append((float(steps[k]), float(values[k])))
+    return out
+
+
+def seed_peaks_data(runs: Mapping[str, Any], metric: str) -> list[Trace]:
+    """One marker trace per variant at each seed's peak (:func:`seed_peaks`), colored as :func:`loss_curves_data`
+    colors the variant: to add to a :func:`loss_curves_figure` of the same runs."""
+    traces: list[Trace] = []
+    for v, (name, peaks) in enumerate(seed_peaks(runs, metric).items()):
+        traces.append({"type": "scatter", "x": [s for s, _ in peaks], "y": [p for _, p in peaks], "mode": "markers",
+                       "marker": {"color": _color(v), "symbol": "star", "size": 12,
+                                  "line": {"width": 1, "color": "black"}},
+                       "name": f"{name}: peak of each seed", "legendgroup": name,
+                       "hovertemplate": "peak %{y:.3g} at step %{x}<extra></extra>"})
+    return traces
 
 
 def relative_change_data(steps: Any, changes: Mapping[str, Any], noise: Any | None = None) -> list[Trace]:

@@ -10,10 +10,60 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from spanviz.plots.common import History, Trace, _array, _color, keys_under
+from spanviz.plots.common import History, Trace, _array, _color, _rgba, keys_under
 
 # ------------------------------------------------------------------------------------------------- FP8
 E4M3_MAX = 448.0
+
+STRATEGY_COLORS = {
+    "deterministic": "#1f77b4", "agnostic": "#2ca02c", "theory": "#9467bd", "delayed": "#d62728",
+    "dynamic": "#8c564b", "calibrated": "#17becf",
+}
+"""One color per scaling strategy, in every FP8 figure (the bounds take their strategy's color: worst case =
+deterministic, rank-agnostic = agnostic, rank-aware = theory); well apart in hue, not two shades of pink."""
+BOUND_STRATEGY = {"worst case": "deterministic", "rank-agnostic": "agnostic", "rank-aware": "theory"}
+"""The strategy whose scale comes from each bound."""
+STRATEGY_ORDER = ("delayed", "dynamic", "deterministic", "theory", "agnostic", "calibrated")
+"""The order strategies are listed in (the baseline first): :func:`fp8_series` sorts by it."""
+BOUND_STYLES = {
+    "worst case": {"dash": "dash", "width": 2},
+    "rank-agnostic": {"dash": "solid", "width": 8},  # a wide pale band: visible under a rank-aware line on top of it
+    "rank-aware": {"dash": "dot", "width": 3},
+}
+LOG_AXIS = {"type": "log", "minorloglabels": "complete"}
+"""A log axis whose labels between the decades are whole numbers (20, 50), not bare digits (2, 5)."""
+
+
+def bound_color(name: str, i: int = 0) -> str:
+    """The color of a bound (``"rank-aware"``, ``"worst case × 2^1"``, ...) or a strategy name; else the i-th color."""
+    base = name.split(" × ")[0]
+    return STRATEGY_COLORS.get(BOUND_STRATEGY.get(base, base), _color(i))
+
+
+def _bound_line(name: str, i: int) -> dict[str, Any]:
+    style = BOUND_STYLES.get(name.split(" × ")[0], {"dash": "dash", "width": 2})
+    color = bound_color(name, i + 1)
+    if style["width"] > 4:
+        color = _rgba(color, 0.35)
+    return {"color": color, **style}
+
+
+def coinciding(curves: Mapping[str, Any], rtol: float = 1e-9) -> dict[str, str]:
+    """``{name: the earlier curve it equals}`` for curves equal to an earlier one at every point (e.g. the
+    rank-agnostic and rank-aware bounds when γ·r >= d caps both at the same value)."""
+    out: dict[str, str] = {}
+    items = [(name, _array(y)) for name, y in curves.items()]
+    for k, (name, y) in enumerate(items):
+        for other, z in items[:k]:
+            if y.size and y.shape == z.shape and np.allclose(y, z, rtol=rtol, atol=0.0, equal_nan=True):
+                out[name] = other
+                break
+    return out
+
+
+def _coincide_note(name: str, same: Mapping[str, str]) -> str:
+    partners = [b for a, b in same.items() if a == name] + [a for a, b in same.items() if b == name]
+    return f" (= {partners[0]} here)" if partners else ""
 
 
 def fp8_panel_data(
@@ -23,7 +73,7 @@ def fp8_panel_data(
     scales: Mapping[str, Any],
     overflows: Mapping[str, Any],
 ) -> list[Trace]:
-    """Traces of :func:`fp8_panel_figure`: observed, bounds..., "observed above a bound" markers, scales...,
+    """Traces of :func:`fp8_panel_figure`: observed, bounds..., one "above" strip per bound, scales...,
     overflows... (in that order)."""
     x = _array(steps)
 
@@ -36,35 +86,47 @@ def fp8_panel_data(
     obs = col("observed", observed)
     traces: list[Trace] = [
         {"type": "scatter", "x": x, "y": obs, "name": "observed max |S|", "mode": "lines",
-         "line": {"color": "black", "width": 3}, "legendgroup": "logits", "legendgrouptitle": {"text": "max logit"}}
+         "line": {"color": "black", "width": 2.5}, "legendgroup": "logits",
+         "legendgrouptitle": {"text": "max logit"}}
     ]
-    above = np.zeros(x.shape, dtype=bool)
-    broken: list[list[str]] = [[] for _ in range(len(x))]
-    for i, (name, y) in enumerate(bounds.items()):
-        y = col(f"bounds[{name!r}]", y)
-        traces.append({"type": "scatter", "x": x, "y": y, "name": f"bound: {name}", "mode": "lines",
-                       "line": {"color": _color(i + 1), "dash": "dash"}, "legendgroup": "logits"})
+    curves = {name: col(f"bounds[{name!r}]", y) for name, y in bounds.items()}
+    same = coinciding(curves)
+    for i, (name, y) in enumerate(curves.items()):
+        traces.append({"type": "scatter", "x": x, "y": y, "name": f"bound: {name}{_coincide_note(name, same)}",
+                       "mode": "lines", "line": _bound_line(name, i), "legendgroup": "logits"})
+    for i, (name, y) in enumerate(curves.items()):
         over = obs > y
-        above |= over
-        for k in np.flatnonzero(over):
-            broken[k].append(name)
-    traces.append({"type": "scatter", "x": x[above], "y": obs[above], "name": "observed above a bound",
-                   "mode": "markers", "marker": {"color": "red", "symbol": "x", "size": 9},
-                   "text": [", ".join(b) for b, a in zip(broken, above) if a], "legendgroup": "logits",
-                   "hovertemplate": "step %{x}: %{y:.3g} exceeds %{text}<extra></extra>"})
+        traces.append({"type": "scatter", "x": x[over], "y": np.full(int(over.sum()), float(i)),
+                       "name": f"above {name}: {int(over.sum())} of {len(x)} steps", "mode": "markers",
+                       "marker": {"symbol": "line-ns", "size": 11, "color": bound_color(name, i + 1),
+                                  "line": {"width": 2, "color": bound_color(name, i + 1)}},
+                       "legendgroup": "above", "showlegend": False,
+                       "hovertemplate": f"step %{{x}}: max |S| above the {name} bound<extra></extra>"})
     strategies = list(dict.fromkeys([*scales, *overflows]))
-    for k, (name, y) in enumerate(scales.items()):
+    # A strategy whose curve equals an earlier one's at every step is drawn dotted on top of it, and says so.
+    scale_curves = {name: col(f"scales[{name!r}]", y) for name, y in scales.items()}
+    same = coinciding(scale_curves)
+    for k, (name, y) in enumerate(scale_curves.items()):
         i = strategies.index(name)
-        traces.append({"type": "scatter", "x": x, "y": col(f"scales[{name!r}]", y), "name": f"scale: {name}",
-                       "mode": "lines", "line": {"color": _color(i + 5)}, "legendgroup": "scales",
-                       **({"legendgrouptitle": {"text": "FP8 scale"}} if k == 0 else {})})
-    for k, (name, y) in enumerate(overflows.items()):
+        traces.append({"type": "scatter", "x": x, "y": y, "name": f"scale: {name}{_coincide_note(name, same)}",
+                       "mode": "lines", "line": {"color": bound_color(name, i + 5), "width": 2 if name in same else 4,
+                                                 "dash": "dot" if name in same else "solid"},
+                       "legendgroup": "scales", **({"legendgrouptitle": {"text": "FP8 scale"}} if k == 0 else {})})
+    counts = {name: col(f"overflows[{name!r}]", y) for name, y in overflows.items()}
+    same = coinciding(counts)
+    for k, (name, y) in enumerate(counts.items()):
         i = strategies.index(name)
-        traces.append({"type": "scatter", "x": x, "y": col(f"overflows[{name!r}]", y), "name": f"overflows: {name}",
-                       "mode": "lines+markers", "marker": {"size": 4}, "line": {"color": _color(i + 5)},
+        traces.append({"type": "scatter", "x": x, "y": y, "name": f"overflows: {name}{_coincide_note(name, same)}",
+                       "mode": "lines+markers", "marker": {"size": 4},
+                       "line": {"color": bound_color(name, i + 5), "dash": "dot" if name in same else "solid"},
                        "legendgroup": "overflows",
                        **({"legendgrouptitle": {"text": "E4M3 overflows"}} if k == 0 else {})})
     return traces
+
+
+FP8_ROWS = ("max logit: observed vs bounds", "steps where the observed max |S| is above a bound",
+            "FP8 scale per strategy", "E4M3 overflows per step")
+"""The rows of :func:`fp8_panel_figure`, top to bottom."""
 
 
 def fp8_panel_figure(
@@ -77,7 +139,8 @@ def fp8_panel_figure(
     spike: tuple[int, int, float] | None = None,
     max_step: int | None = None,
 ) -> go.Figure:
-    """FP8 panel: logit bounds vs observed max logit, scales, and overflow counts per strategy over steps.
+    """FP8 panel: logit bounds vs observed max logit, where a bound was exceeded, scales, and overflow counts per
+    strategy over steps.
 
     Args:
         steps: (N,) optimizer steps.
@@ -89,51 +152,70 @@ def fp8_panel_figure(
         max_step: the last step of the run: the x axis spans 0..max_step from the start (so the spike mark is
             in place before training reaches it).
     Returns:
-        Figure with 3 rows sharing x (tick labels on each): bounds + observed (log y) with red crosses where
-        the observed max exceeds a bound, scales (log y), overflow counts; legend grouped by row.
+        Figure with 4 rows sharing x (tick labels on each, :data:`FP8_ROWS`): bounds + observed (log y; a bound
+        equal to another at every step says so in its legend and is drawn as a wide pale band under it); a thin
+        strip with one tick per step where the observed max exceeds each bound (so the curves stay readable);
+        scales (log y); overflow counts. Colors per strategy (:data:`STRATEGY_COLORS`); legend grouped by row.
     Raises:
         ValueError: a series whose length differs from ``steps``.
     """
     traces = fp8_panel_data(steps, observed, bounds, scales, overflows)
-    fig = make_subplots(
-        rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-        subplot_titles=("max logit: observed vs bounds", "FP8 scale per strategy", "E4M3 overflows per step"),
-    )
-    n_b, n_s = 2 + len(bounds), len(scales)
+    fig = make_subplots(rows=4, cols=1, shared_xaxes=True, vertical_spacing=0.06, row_heights=[0.38, 0.1, 0.28, 0.24],
+                        subplot_titles=FP8_ROWS)
+    n_b, n_s = 1 + len(bounds), len(scales)
     for i, trace in enumerate(traces):
-        fig.add_trace(trace, row=1 if i < n_b else (2 if i < n_b + n_s else 3), col=1)
-    fig.update_yaxes(type="log", title_text="|S|", row=1, col=1)
-    fig.update_yaxes(type="log", title_text="scale", row=2, col=1)
-    fig.update_yaxes(title_text="count", rangemode="tozero", row=3, col=1)
+        row = 1 if i < n_b else 2 if i < n_b + len(bounds) else 3 if i < n_b + len(bounds) + n_s else 4
+        fig.add_trace(trace, row=row, col=1)
+    names = list(bounds)
+    fig.update_yaxes(title_text="|S|", row=1, col=1, **LOG_AXIS)
+    fig.update_yaxes(tickvals=list(range(len(names))), ticktext=names, range=[-0.6, max(len(names), 1) - 0.4],
+                     showgrid=False, zeroline=False, fixedrange=True, row=2, col=1)
+    fig.update_yaxes(title_text="scale", row=3, col=1, **LOG_AXIS)
+    fig.update_yaxes(title_text="count", rangemode="tozero", row=4, col=1)
     fig.update_xaxes(showticklabels=True)
-    fig.update_xaxes(title_text="step", row=3, col=1)
+    fig.update_xaxes(title_text="step", row=4, col=1)
     if max_step is not None:
         fig.update_xaxes(range=[0, max_step])
     if spike is not None:
         start, length, factor = spike
-        for row in (1, 2, 3):
+        for row in (1, 2, 3, 4):
             fig.add_vrect(x0=start - 0.5, x1=start + max(length, 1) - 0.5, fillcolor="orange", opacity=0.25,
                           line_width=0, row=row, col=1, exclude_empty_subplots=False)
         fig.add_annotation(x=start + max(length, 1), y=1, yref="y domain", text=f"LR spike ×{factor:g}",
                            showarrow=False, xanchor="left", yanchor="top", font={"color": "darkorange"}, row=1, col=1)
-    fig.update_layout(title=title or "FP8 attention logits", height=700, margin={"l": 60, "r": 10, "t": 60, "b": 40},
+    fig.update_layout(title=title or "FP8 attention logits", height=820, margin={"l": 60, "r": 10, "t": 60, "b": 40},
                       legend={"groupclick": "toggleitem"})
     return fig
 
 
 def bound_vs_rank_data(
-    ranks: Any, bounds: Mapping[str, Any], observed: Any | None = None, r: int | None = None
+    ranks: Any, bounds: Mapping[str, Any], observed: Any | None = None, r: int | None = None,
+    reference: Any | None = None, gamma: Any | None = None,
 ) -> list[Trace]:
-    """Traces of :func:`bound_vs_rank_figure`: bounds..., observed (if given), current-r markers (if r)."""
+    """Traces of :func:`bound_vs_rank_figure`: bounds..., the √(r/d_head) reference (if given), observed (if
+    given), current-r markers (if r)."""
     x = _array(ranks)
     traces: list[Trace] = []
-    curves = dict(bounds)
-    for i, (name, y) in enumerate(curves.items()):
-        y = _array(y)
+    curves = {name: _array(y) for name, y in bounds.items()}
+    for name, y in curves.items():
         if y.shape != x.shape:
             raise ValueError(f"bounds[{name!r}] has shape {y.shape}, ranks has {x.shape}")
-        traces.append({"type": "scatter", "x": x, "y": y, "name": name, "mode": "lines+markers",
-                       "line": {"color": _color(i + 1)}})
+    same = coinciding(curves)
+    g = None if gamma is None else _array(gamma)
+    if g is not None and g.shape != x.shape:
+        raise ValueError(f"gamma has shape {g.shape}, ranks has {x.shape}")
+    for i, (name, y) in enumerate(curves.items()):
+        trace: Trace = {"type": "scatter", "x": x, "y": y, "name": f"{name}{_coincide_note(name, same)}",
+                        "mode": "lines+markers", "line": _bound_line(name, i), "marker": {"size": 5}}
+        if g is not None and name.startswith("rank-aware"):
+            trace.update(customdata=g, hovertemplate="r = %{x}: %{y:.3g} (γ = %{customdata:.3g})<extra></extra>")
+        traces.append(trace)
+    if reference is not None:
+        y = _array(reference)
+        if y.shape != x.shape:
+            raise ValueError(f"reference has shape {y.shape}, ranks has {x.shape}")
+        traces.append({"type": "scatter", "x": x, "y": y, "name": "√(r/d_head) × rank-aware at r = d_head",
+                       "mode": "lines", "line": {"color": "gray", "dash": "dot", "width": 2}})
     if observed is not None:
         y = _array(observed)
         if y.shape != x.shape:
@@ -158,6 +240,8 @@ def bound_vs_rank_figure(
     r: int | None = None,
     title: str | None = None,
     log_y: bool = True,
+    reference: Any | None = None,
+    gamma: Any | None = None,
 ) -> go.Figure:
     """Logit bounds as a function of the rank r of W^Q W^Kᵀ.
 
@@ -166,17 +250,21 @@ def bound_vs_rank_figure(
         bounds: ``{name: (R,)}`` predicted max |S| per rank (e.g. worst case, rank-agnostic, rank-aware).
         observed: (R,) observed max |S| per rank (e.g. on random inputs), optional.
         r: highlight this rank (must be one of ``ranks``).
+        reference: (R,) a reference curve, drawn dotted gray: √(r/d_head) times the rank-aware bound at r = d_head
+            (what the bound would be if it shrank like √r).
+        gamma: (R,) γ(r) of the rank-aware bound, shown on hover.
     Returns:
-        Figure with one line per bound, the observed markers, and a ring marker per curve at r.
+        Figure with one line per bound (colored by strategy; a bound equal to an earlier one at every rank says so
+        in its legend), the reference, the observed markers, and a ring marker per curve at r.
     Raises:
         ValueError: mismatched lengths or r not in ranks.
     """
-    fig = go.Figure(data=bound_vs_rank_data(ranks, bounds, observed, r))
+    fig = go.Figure(data=bound_vs_rank_data(ranks, bounds, observed, r, reference, gamma))
     fig.update_layout(
         title=title or "max-logit bound vs rank r",
         xaxis_title="rank r of W^Q W^Kᵀ",
-        yaxis={"title": "max |S|", "type": "log" if log_y else "linear"},
-        height=340,
+        yaxis={"title": "max |S|", **(LOG_AXIS if log_y else {"type": "linear"})},
+        height=360,
         margin={"l": 60, "r": 10, "t": 40, "b": 40},
     )
     return fig
@@ -204,7 +292,9 @@ def fp8_series(history: History, layer: int | None = None) -> dict[str, Any]:
         m = np.array([[history[f"fp8/L{ell}/{name}"][i] for ell in picked] for i in rows], dtype=float)
         return reduce(m, axis=1) if len(rows) else np.zeros(0)
 
-    strategies = keys_under(history, f"fp8/L{picked[0]}/scale")
+    found = keys_under(history, f"fp8/L{picked[0]}/scale")
+    rank = {name: k for k, name in enumerate(STRATEGY_ORDER)}
+    strategies = sorted(found, key=lambda s: (rank.get(s, len(rank)), s))
     bound_names = {
         "worst case": "bound_worst_case", "rank-agnostic": "bound_agnostic", "rank-aware": "bound_rank_aware"
     }

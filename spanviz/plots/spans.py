@@ -237,9 +237,9 @@ def subspace_angles_figure(angles: Mapping[str, Any], title: str | None = None) 
     """
     fig = go.Figure(data=subspace_angles_data(angles))
     fig.update_layout(
-        title=title or "principal angles between spans",
-        xaxis_title="angle index",
-        yaxis={"title": "degrees", "range": [0, 90]},
+        title=title or "principal angles between spans (0° = shared)",
+        xaxis_title="angle index k (smallest first)",
+        yaxis={"title": "angle θ_k (degrees)", "range": [0, 90], "dtick": 15},
         barmode="group",
         height=420,
         margin={"l": 50, "r": 10, "t": 40, "b": 40},
@@ -347,8 +347,9 @@ def span_toy_figure(
     fig.update_layout(
         title=title or "token space R³ (T = 3): span of X and a gradient column",
         scene={"aspectmode": "cube", "xaxis_title": "token 1", "yaxis_title": "token 2", "zaxis_title": "token 3"},
-        height=420,
-        margin={"l": 0, "r": 0, "t": 40, "b": 0},
+        height=440,
+        # the scene's axis titles reach below its domain: a bottom margin keeps them off what follows the figure
+        margin={"l": 0, "r": 0, "t": 40, "b": 50},
         uirevision="toy",
     )
     return fig

@@ -14,21 +14,14 @@ from spanviz import fp8, plots
 from spanviz.model import GPTConfig
 from spanviz.runner import TrainerLike
 from spanviz.train import TrainConfig
+from spanviz.widgets import captions
 from spanviz.widgets.figures import FigureView, side_by_side, slider
 from spanviz.widgets.panel import ANALYTIC_THREADS, Panel
 from spanviz.widgets.training import LOSS_VIEW, History, LiveView, RunSpec
 
 
-def _fp8_runs(histories: Mapping[str, History]) -> dict[str, Any] | None:
-    for h in histories.values():
-        if any(k.startswith("fp8/L") for k in h):
-            return plots.fp8_series(h)
-    return None
-
-
-def _fp8_data(histories: Mapping[str, History]) -> list[dict[str, Any]]:
-    s = _fp8_runs(histories)
-    return [] if s is None else plots.fp8_panel_data(**s)
+def _fp8_history(histories: Mapping[str, History]) -> History | None:
+    return next((h for h in histories.values() if any(k.startswith("fp8/L") for k in h)), None)
 
 
 class FP8Panel(Panel):
@@ -37,9 +30,11 @@ class FP8Panel(Panel):
     Analytic view (instant): for random weights of one head (d_model, d_head from ``model_cfg``) the worst
     case, rank-agnostic and rank-aware bounds (times 2^margin: the largest |S| the scale picked from each
     holds) and the observed max |S| versus the rank r of W^Q W^Kᵀ (:class:`spanviz.fp8.BoundsVsRank`), the
-    picked r ringed; a table of the E4M3 scale each strategy would use at
-    r with the δ and margin sliders. Train: a TinyGPT with rank-r queries, an LR spike (× factor at a step),
-    live observed max logit vs bounds, scales and overflow counts per strategy (``FP8Probe``).
+    picked r ringed, with the √(r/d_head) reference and a caption on γ(r); a table of the E4M3 scale each strategy
+    would use at r with the δ and margin sliders (dynamic scaling beside them). Train: a TinyGPT with rank-r
+    queries, an LR spike (× factor at a step), live observed max logit vs bounds, where it broke them, scales and
+    overflow counts per strategy (``FP8Probe``; the dynamic strategy's columns follow from its recorded amax:
+    :func:`spanviz.fp8.with_dynamic`), and a caption with the counts.
 
     Args:
         model_cfg: base model (default 2 layers, 4 heads, d_model 128, T 64); qk_rank from the slider.
@@ -72,13 +67,16 @@ class FP8Panel(Panel):
                                    step=0.25)
         c["spike_steps"] = slider(W.IntSlider, "LR spike length", 5, continuous=False, min=1, max=50)
         self.scales = W.HTML()
+        self.bounds_caption = W.HTML("", layout=W.Layout(width="100%"))
+        self.bounds_caption.add_class("spanviz-caption-bounds")
         self.views["bounds"] = FigureView(self._bounds_figure(), static=self.static, name="bounds")
         self._update_scales()
         for name in ("rank", "delta", "margin"):
             c[name].observe(lambda _ch: self.update_bounds(), names="value")
         self._spike, self._max_step = self._planned_spike()
-        self._attach_training([LiveView("fp8", _fp8_data, self._fp8_build), LOSS_VIEW], data=data, store=store,
-                              trainer_factory=trainer_factory, refresh_hz=refresh_hz)
+        self._probe_margin, self._probe_rank = float(c["margin"].value), int(c["rank"].value)
+        self._attach_training([LiveView("fp8", self._fp8_data, self._fp8_build, caption=self._fp8_caption), LOSS_VIEW],
+                              data=data, store=store, trainer_factory=trainer_factory, refresh_hz=refresh_hz)
         for name in ("spike_step", "spike_factor", "spike_steps"):
             c[name].observe(lambda _ch: self._mark_spike(), names="value")
         note = W.HTML(
@@ -91,6 +89,7 @@ class FP8Panel(Panel):
                 W.VBox([c["spike_step"], c["spike_factor"], c["spike_steps"]]),
             ]),
             side_by_side((self.views["bounds"].widget, "64%"), (self.scales, "36%")),
+            self.bounds_caption,
             note,
             self.training.widget,
         ])
@@ -114,13 +113,24 @@ class FP8Panel(Panel):
     def _update_scales(self) -> None:
         delta, margin, r = self._settings()
         row = self.bounds.row(delta, r)
+        amax = row["observed_max"]
+        dynamic = {"strategy": "dynamic", "bound": amax, "scale": fp8.dynamic_scale(amax, margin=margin)}
+        dynamic["used"] = fp8.utilisation(amax, dynamic["scale"])  # the scale from the observed max |S| itself
         lines = [f"<tr><td>{s['strategy']}</td><td>{s['bound']:.3g}</td><td>{s['scale']:.3g}</td>"
-                 f"<td>{s['used']:.1%}</td></tr>" for s in self.bounds.scales(delta, margin, r)]
+                 f"<td>{s['used']:.1%}</td></tr>" for s in [*self.bounds.scales(delta, margin, r), dynamic]]
         self.scales.value = (
             f"<b>r = {r}</b>, γ = {row['gamma']:.3g}, σ = {row['sigma']:.3g}, observed max |S| = "
             f"{row['observed_max']:.3g}<table><tr><th>strategy</th><th>bound</th><th>E4M3 scale</th>"
             f"<th>range used</th></tr>{''.join(lines)}</table>"
+            "<small>dynamic: the scale from the observed max |S| itself (torchao's default) — never overflows, "
+            "but every logit must be computed and reduced to its max before the cast; the bounds need only the "
+            "weights.</small>"
         )
+        curves = self.bounds.curves(delta, margin, r)
+        sigma = [x["sigma"] for x in self.bounds.rows(delta)]
+        self.bounds_caption.value = captions.bounds_caption(
+            curves, sigma=sigma, d=self.bounds.d_model, d_head=self.bounds.d_head, delta=delta,
+            n_keys=self.bounds.n_tokens)
 
     def update_bounds(self) -> None:
         """Redraw the bounds-vs-rank view and the scale table for the current r, δ, margin."""
@@ -136,6 +146,7 @@ class FP8Panel(Panel):
         train_cfg = self._spiked_train_cfg()
         self._spike, self._max_step = self._planned_spike(train_cfg)
         probe = fp8.FP8Probe(every=1, delta=float(c["delta"].value), margin=float(c["margin"].value))
+        self._probe_margin, self._probe_rank = probe.margin, r
         return [RunSpec(f"rank {r}", cfg, train_cfg, (probe,))]
 
     def _spiked_train_cfg(self) -> TrainConfig:
@@ -161,8 +172,26 @@ class FP8Panel(Panel):
         ready = {k: h for k, h in self.training.histories.items() if h.get("step")}
         self.views["train/fp8"].replace(self._fp8_build(ready))
 
+    def _fp8_runs(self, histories: Mapping[str, History]) -> dict[str, Any] | None:
+        """The FP8 figure's series of the run, the dynamic strategy included (derived from the recorded amax with
+        the margin the run was probed with)."""
+        h = _fp8_history(histories)
+        return None if h is None else plots.fp8_series(fp8.with_dynamic(h, margin=self._probe_margin))
+
+    def _fp8_data(self, histories: Mapping[str, History]) -> list[dict[str, Any]]:
+        s = self._fp8_runs(histories)
+        return [] if s is None else plots.fp8_panel_data(**s)
+
+    def _fp8_caption(self, histories: Mapping[str, History]) -> str:
+        s = self._fp8_runs(histories)
+        if s is None:
+            return ""
+        h = _fp8_history(histories)
+        gamma = next((g for g in h.get("fp8/L0/gamma", []) if g is not None), None)
+        return captions.fp8_caption(s, gamma=gamma, r=self._probe_rank)
+
     def _fp8_build(self, histories: Mapping[str, History]) -> go.Figure:
-        s = _fp8_runs(histories)
+        s = self._fp8_runs(histories)
         if s is None:
             empty = np.zeros(0)
             s = {"steps": empty, "observed": empty, "bounds": {}, "scales": {}, "overflows": {}}

@@ -15,6 +15,7 @@ from spanviz.local_global import LogitProbe, head_labels, head_masks
 from spanviz.model import GPTConfig
 from spanviz.runner import TrainerLike
 from spanviz.train import TrainConfig
+from spanviz.widgets import captions
 from spanviz.widgets.figures import FigureView, computing, slider
 from spanviz.widgets.panel import ANALYTIC_THREADS, Panel
 from spanviz.widgets.training import LOSS_VIEW, History, LiveView, RunSpec
@@ -25,7 +26,8 @@ def _logit_runs(histories: Mapping[str, History]) -> dict[str, History]:
 
 
 MAX_LOGIT_VIEW = LiveView("max_logit", lambda hs: plots.max_logit_data(_logit_runs(hs)),
-                          lambda hs: plots.max_logit_figure(_logit_runs(hs)))
+                          lambda hs: plots.max_logit_figure(_logit_runs(hs)),
+                          caption=lambda hs: captions.max_logit_caption(_logit_runs(hs)))
 
 MASK_ZOOM = 24
 """The masks' zoom row shows the first MASK_ZOOM positions cell by cell (a window of a few keys is readable)."""

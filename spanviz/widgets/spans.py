@@ -17,6 +17,7 @@ from spanviz.runner import TrainerLike
 from spanviz.spans import PRESETS, SpanConfig, SpanProbe
 from spanviz.train import TrainConfig
 from spanviz.spans.view import ScoreGradientViews
+from spanviz.widgets import captions
 from spanviz.widgets.figures import FigureView, computing, side_by_side, slider
 from spanviz.widgets.panel import ANALYTIC_THREADS, Panel
 from spanviz.widgets.training import LOSS_VIEW, History, LiveView, RunSpec
@@ -82,9 +83,11 @@ class SpansPanel(Panel):
         for name in ("preset", "layer", "head"):
             c[name].observe(lambda _ch: self.update_head(), names="value")
         self.busy = W.HTML("")
-        self.probe_every, self._probe_label = probe_every, "-"
+        self.probe_every, self._probe_label, self._trained_alphas = probe_every, "-", self.alphas
+        self.angles_caption = W.HTML(self._angles_caption(), layout=W.Layout(width="100%"))
+        self.angles_caption.add_class("spanviz-caption-angles")
         self._attach_training(
-            [LiveView("delta", self._delta_data, self._delta_build), LOSS_VIEW,
+            [LiveView("delta", self._delta_data, self._delta_build, caption=self._delta_caption), LOSS_VIEW,
              LiveView("energy", self._energy_data, self._energy_build, self._energy_title)],
             data=data, store=store, trainer_factory=trainer_factory, refresh_hz=refresh_hz,
         )
@@ -99,6 +102,7 @@ class SpansPanel(Panel):
             note,
             self.views["blocks"].widget,
             side_by_side((self.views["toy"].widget, "55%"), (self.views["angles"].widget, "45%")),
+            self.angles_caption,
             self.training.widget,
         ])
 
@@ -133,6 +137,7 @@ class SpansPanel(Panel):
             self.views["blocks"].update(plots.span_blocks_data(self._blocks, a),
                                         build=lambda: plots.span_blocks_figure(self._blocks, a))
             self.views["angles"].update(plots.subspace_angles_data(self._angles()))
+            self.angles_caption.value = self._angles_caption()
             if self.training.runner.histories:
                 self.training.refresh()  # the energy-by-order view follows the picked layer
 
@@ -144,7 +149,7 @@ class SpansPanel(Panel):
         cfg = SpanConfig(alphas=self.alphas, preset=self.controls["preset"].value)
         # The same probe on both runs: on the standard run it says what this decomposition would see there.
         probe = SpanProbe(every=self.probe_every, cfg=cfg)
-        self._probe_label = cfg.label()
+        self._probe_label, self._trained_alphas = cfg.label(), cfg.alphas
         twin = replace(train_cfg, seed=train_cfg.seed + 1)
         return [RunSpec("standard", base, train_cfg, (probe,)),
                 RunSpec(f"standard, seed {twin.seed}", base, twin),
@@ -159,6 +164,23 @@ class SpansPanel(Panel):
         (twin,) = [k for k in labels if k.startswith("standard, seed")]
         alpha = labels[-1]
         return plots.relative_change_series(histories["standard"], {alpha: histories[alpha]}, noise=histories[twin])
+
+    def _delta_caption(self, histories: Mapping[str, History]) -> str:
+        """What the Δ figure shows, in words from the same runs (:func:`captions.spans_change_caption`)."""
+        delta = self._delta(histories)
+        if delta is None:
+            return ""
+        labels, cfg, train_cfg = list(histories), self.model_cfg, self.train_cfg()
+        twin = next(k for k in labels if k.startswith("standard, seed"))
+        return captions.spans_change_caption(
+            delta, alpha_label=labels[-1], alphas=self._trained_alphas, twin_label=twin,
+            seed=train_cfg.seed, d_head=cfg.d_head, d_model=cfg.d_model, n_layer=cfg.n_layer,
+            steps_planned=train_cfg.steps)
+
+    def _angles_caption(self) -> str:
+        c = self.controls
+        return captions.angles_caption(self._angles(), layer=c["layer"].value, head=c["head"].value,
+                                       context=self.model_cfg.context_length, d_head=self.model_cfg.d_head)
 
     def _delta_data(self, histories: Mapping[str, History]) -> list[dict[str, Any]]:
         d = self._delta(histories)

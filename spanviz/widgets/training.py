@@ -22,6 +22,7 @@ from spanviz.runner import Job, Runner, TrainerLike
 from spanviz.settings import OFFLINE_SPLITS, resolve_data_source
 from spanviz.store import ResultsStore
 from spanviz.train import TrainConfig, Trainer, run_config
+from spanviz.widgets import captions
 from spanviz.widgets.figures import FigureView, use_static
 
 History = dict[str, list[Any]]
@@ -54,12 +55,15 @@ class LiveView:
     ``data(histories)`` returns trace dicts; ``build(histories)`` returns the full figure (used when the trace
     structure changes). ``histories`` is ``{label: history}`` for the runs that have at least one row.
     ``title()``, when given, is re-applied on every refresh (a title that follows the controls).
+    ``caption(histories)``, when given, is HTML shown under the figure and refreshed with it: what the figure
+    shows, in words made from the same histories (:mod:`spanviz.widgets.captions`).
     """
 
     name: str
     data: Callable[[Mapping[str, History]], list[dict[str, Any]]]
     build: Callable[[Mapping[str, History]], go.Figure]
     title: Callable[[], str] | None = None
+    caption: Callable[[Mapping[str, History]], str] | None = None
 
 
 def _loss_data(histories: Mapping[str, History]) -> list[dict[str, Any]]:
@@ -70,7 +74,7 @@ def _loss_build(histories: Mapping[str, History]) -> go.Figure:
     return plots.loss_curves_figure(histories, ("train_loss", "val_loss"), title="loss (solid: train, dashed: val)")
 
 
-LOSS_VIEW = LiveView("loss", _loss_data, _loss_build)
+LOSS_VIEW = LiveView("loss", _loss_data, _loss_build, caption=captions.loss_caption)
 
 _DATA_CACHE: dict[Any, Any] = {}
 
@@ -126,7 +130,8 @@ class TrainingPanel:
     Attributes:
         widget: the VBox to display. controls: ``start``, ``resume``, ``stop`` buttons, ``progress``.
         status: HTML line. error: HTML area that shows a run's exception and traceback.
-        views: name → :class:`FigureView`. runner: the :class:`spanviz.runner.Runner`.
+        views: name → :class:`FigureView`. captions: name → the HTML under a live figure whose view has a
+        caption. runner: the :class:`spanviz.runner.Runner`.
     """
 
     def __init__(
@@ -148,22 +153,36 @@ class TrainingPanel:
         self.views = {v.name: FigureView(v.build({}), static=self.static, name=f"train/{v.name}") for v in self.live}
         self.runner = Runner(on_update=self._on_update, on_finish=self._on_finish, refresh_hz=refresh_hz,
                              threads=threads)
-        start = W.Button(description="Train", icon="play", button_style="success",
+        start = W.Button(description="Train", icon="play", button_style="success", layout=W.Layout(width="110px"),
                          tooltip="train the current settings from scratch (replays runs the store has)")
-        resume = W.Button(description="Continue", icon="forward", disabled=True,
+        resume = W.Button(description="Continue", icon="forward", disabled=True, layout=W.Layout(width="110px"),
                           tooltip="train the stopped runs on from where they stopped")
-        stop = W.Button(description="Stop", icon="stop", button_style="danger", disabled=True)
-        progress = W.IntProgress(value=0, min=0, max=1, description="steps", layout=W.Layout(width="260px"))
+        stop = W.Button(description="Stop", icon="stop", button_style="danger", disabled=True,
+                        layout=W.Layout(width="110px"))
+        progress = W.IntProgress(value=0, min=0, max=1, description="steps",
+                                 style={"description_width": "initial"}, layout=W.Layout(width="200px"))
         start.on_click(lambda _b: self.train())
         resume.on_click(lambda _b: self.resume())
         stop.on_click(lambda _b: self.stop(wait=False))
         self.controls: dict[str, W.Widget] = {"start": start, "resume": resume, "stop": stop, "progress": progress}
-        self.status = W.HTML("ready: press Train")
+        # The status takes the rest of the row at its full text width; when that does not fit it moves, whole, to
+        # a line of its own (the row wraps) instead of breaking its text over two lines.
+        self.status = W.HTML("ready: press Train", layout=W.Layout(width="auto", flex="1 0 auto", max_width="100%"))
         self.error = W.HTML("")
+        self.captions = {v.name: W.HTML("", layout=W.Layout(width="100%")) for v in self.live if v.caption}
+        for name, caption in self.captions.items():
+            caption.add_class(f"spanviz-caption-train-{name}")
         self._reports: list[tuple[W.Output, Callable[[dict[str, History]], Any]]] = []
-        self.widget = W.VBox(
-            [W.HBox([start, resume, stop, progress, self.status]), self.error, *[v.widget for v in self.views.values()]]
-        )
+        figures = []
+        for v in self.live:
+            figures.append(self.views[v.name].widget)
+            if v.name in self.captions:
+                figures.append(self.captions[v.name])
+        self.widget = W.VBox([
+            W.HBox([start, resume, stop, progress, self.status],
+                   layout=W.Layout(flex_flow="row wrap", align_items="center")),
+            self.error, *figures,
+        ])
 
     @property
     def replayed(self) -> list[str]:
@@ -300,6 +319,10 @@ class TrainingPanel:
             title = None if view.title is None else {"title": {**self.views[view.name].layout.get("title", {}),
                                                                "text": view.title()}}
             self.views[view.name].update(view.data(ready), build=lambda view=view: view.build(ready), layout=title)
+            if view.caption is not None:
+                text = view.caption(ready)
+                if text != self.captions[view.name].value:
+                    self.captions[view.name].value = text
 
     def _per_run(self) -> str:
         """Steps done of steps planned, per run: "12/40", or "11–12/40" while runs of the same length are a

@@ -1,0 +1,296 @@
+"""What a figure shows, in words made from the same data the figure draws: the captions under the panels' figures.
+
+A caption quotes numbers of the run or view the student is looking at (never typed-in prose that can contradict
+the figure beside it): each function takes the series the figure is drawn from and returns a short HTML
+paragraph. The browser tests read these captions and check every number they quote against the figure's drawn
+data (``tests/browser/test_captions_browser.py``).
+
+Numbers: losses and logits with 3 or 4 significant digits, changes in percent with two decimals and a sign.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from spanviz import plots
+
+PAPER_SPANS_CHANGE = -0.56
+"""The spans paper's reported change of validation loss with [1000] against standard, in percent (arXiv
+2512.13033, abstract: "0.56 % lower")."""
+PAPER_SPANS_MIN_D_HEAD = 64
+"""The d_head from which secondary summaries of the spans paper report gains (not checked against its body)."""
+
+
+def _p(text: str) -> str:
+    return f"<div style='line-height:1.45; max-width:62em'>{text}</div>"
+
+
+def _e(text: Any) -> str:
+    return html.escape(str(text))
+
+
+def _pct(x: float) -> str:
+    return f"{x:+.2f} %".replace("-", "−")
+
+
+def _num(x: float, digits: int = 3) -> str:
+    return f"{x:.{digits}g}"
+
+
+def _count(n: float) -> str:
+    return f"{int(round(n)):,}"
+
+
+# ------------------------------------------------------------------------------------------------ loss curves
+def loss_caption(histories: Mapping[str, Mapping[str, Sequence[Any]]]) -> str:
+    """The last validation loss of every run (the dashed curves' last points), and whether the curves coincide.
+
+    Args: histories: ``{label: history}`` as the loss figure draws them (``step``, ``train_loss``, ``val_loss``).
+    Returns: HTML ("" before any evaluation).
+    """
+    last = {}
+    for label, h in histories.items():
+        if "val_loss" not in h or "step" not in h:
+            continue
+        steps, values = plots.series(h, "val_loss")
+        if len(steps):
+            last[label] = (int(steps[-1]), float(values[-1]))
+    if not last:
+        return ""
+    parts = [f"{_e(label)} {value:.4g} (step {step})" for label, (step, value) in last.items()]
+    text = "<b>Last validation loss</b>: " + "; ".join(parts) + "."
+    if len(last) > 1:
+        values = [v for _, v in last.values()]
+        spread = 100.0 * (max(values) / min(values) - 1.0)
+        if spread < 2.0:
+            text += (f" The runs end within {spread:.2f} % of each other, so their curves lie on top of each other: "
+                     "each run is drawn narrower than the one before it (and with its own marker), so every one "
+                     "stays visible.")
+    return _p(text)
+
+
+# ------------------------------------------------------------------------------------------------------ spans
+def spans_change_caption(
+    delta: Mapping[str, Any] | None,
+    *,
+    alpha_label: str,
+    alphas: Sequence[float],
+    twin_label: str,
+    seed: int,
+    d_head: int,
+    d_model: int,
+    n_layer: int,
+    steps_planned: int,
+) -> str:
+    """What the spans notebook's comparison shows — the α run's change of validation loss against standard, set
+    against the seed band — and why it can differ from the paper, from the run on screen.
+
+    Args:
+        delta: :func:`spanviz.plots.relative_change_series` of the three runs (``steps``, ``changes`` with one
+            entry, ``noise``), or None before any common evaluation.
+        alpha_label, alphas: the α run's label and (α0..α3). twin_label, seed: the noise run's label and the
+            seed of standard. d_head, d_model, n_layer: the model. steps_planned: steps per run.
+    Returns: HTML ("" without data).
+    """
+    if delta is None or not len(delta["steps"]) or not delta["changes"]:
+        return ""
+    steps = np.asarray(delta["steps"], dtype=float)
+    change = np.asarray(next(iter(delta["changes"].values())), dtype=float)
+    noise = None if delta.get("noise") is None else np.abs(np.asarray(delta["noise"], dtype=float))
+    last_step, last = int(steps[-1]), float(change[-1])
+    done = last_step + 1 >= steps_planned
+    when = f"At the last evaluation (step {last_step})" if done else \
+        f"So far, at step {last_step} of {steps_planned},"
+    sense = "worse" if last > 0 else "better" if last < 0 else "the same"
+    text = (f"<b>What this run shows.</b> {when} the α run {_e(alpha_label)} had a validation loss "
+            f"<b>{_pct(last)}</b> against standard ({sense}).")
+    if noise is not None and len(noise) > 1:
+        band, k = float(noise[-1]), int(np.argmax(noise))
+        text += (f" The gray band — {_e(twin_label)} against seed {seed} — is ±{band:.2f} % there and at most "
+                 f"±{float(noise[k]):.2f} % over the run (step {int(steps[k])}).")
+        if abs(last) > float(noise.max()):
+            text += " The change is <b>outside the band</b>, wider than any seed difference of the run."
+        elif abs(last) > band:
+            text += " The change is outside the band at this step, but not wider than the band elsewhere in the run."
+        else:
+            text += " The change is <b>inside the band</b>: not told apart from the seed noise."
+    k = int(np.argmax(np.abs(change)))
+    text += f" Largest change over the run: {_pct(float(change[k]))} (step {int(steps[k])})."
+    if all(a == 1.0 for a in alphas):
+        text += (" With every α = 1 the hook hands dS back untouched: any change is float rounding of the explicit "
+                 "attention path.")
+        return _p(text)
+    reasons = []
+    if d_head < PAPER_SPANS_MIN_D_HEAD:
+        reasons.append(f"d_head = {d_head} here, below the d_head ≥ {PAPER_SPANS_MIN_D_HEAD} at which secondary "
+                       "summaries report gains")
+    reasons.append(f"{steps_planned} steps of a {n_layer}-layer model with d_model {d_model}, not a full training run")
+    reasons.append("the band is one extra seed, a rough estimate of the noise (<code>spanviz sweep spans</code> runs "
+                   "5 seeds and a paired test)")
+    text += (f"<br><b>Why it can differ from the paper</b> (abstract: {_pct(PAPER_SPANS_CHANGE)} with [1000] on "
+             "WikiText-2): " + "; ".join(reasons) + ".")
+    return _p(text)
+
+
+def angles_caption(angles: Mapping[str, Any], *, layer: int, head: int, context: int, d_head: int) -> str:
+    """What the principal-angles chart shows, with its smallest and median angle per pair.
+
+    Args: angles: ``{"Q–K": radians (k,), ...}`` as the chart draws them (ascending). layer, head: the picked
+        ones. context: T. d_head: the spans' dimension.
+    Returns: HTML.
+    """
+    deg = {pair: np.degrees(np.asarray(a, dtype=float)) for pair, a in angles.items()}
+    smallest = ", ".join(f"{_e(p)} {d[0]:.1f}°" for p, d in deg.items() if len(d))
+    median = ", ".join(f"{_e(p)} {float(np.median(d)):.1f}°" for p, d in deg.items() if len(d))
+    return _p(
+        f"<b>Principal angles</b> (layer {layer}, head {head}, one batch through the untrained model): each of Q, K "
+        f"and V spans a {d_head}-dimensional subspace of token space ℝ<sup>{context}</sup>. Two such subspaces "
+        f"have {d_head} principal angles, smallest first: 0° is a direction both contain, 90° one of them is "
+        f"orthogonal to. Smallest: {smallest}; median: {median}. All three are linear maps of the same layer "
+        "input X (Q = XW<sup>Q</sup>, …), so they share directions: the first angles are near 0°. The projectors Π "
+        "and Π<sup>⊥</sup> of the blocks split dS along these subspaces: the less two spans overlap, the more of "
+        "the gradient lands in the blocks with a ⊥ factor (the violations)."
+    )
+
+
+# ------------------------------------------------------------------------------------------------ local/global
+def max_logit_caption(histories: Mapping[str, Mapping[str, Sequence[Any]]], key: str = "logits/max_per_layer") -> str:
+    """The peak of each run's max-logit curves (which layer, which step) and the later runs against the first.
+
+    Returns: HTML ("" without probed rows).
+    """
+    peaks = {}
+    for label, h in histories.items():
+        if key not in h:
+            continue
+        steps, values = plots.layer_series(h, key)
+        if values.size:
+            i, layer = np.unravel_index(int(np.argmax(values)), values.shape)
+            peaks[label] = (float(values[i, layer]), int(layer), int(steps[i]))
+    if not peaks:
+        return ""
+    parts = [f"{_e(label)} {v:.3g} (layer {layer}, step {step})" for label, (v, layer, step) in peaks.items()]
+    text = "<b>Peak max logit over the run</b>: " + "; ".join(parts) + "."
+    labels = list(peaks)
+    for label in labels[1:]:
+        text += f" {_e(label)} against {_e(labels[0])}: {_pct(100.0 * (peaks[label][0] / peaks[labels[0]][0] - 1))}."
+    if len(labels) > 1:
+        text += " One seed each: <code>spanviz sweep ls</code> tells whether such a difference holds over seeds."
+    return _p(text)
+
+
+def seed_peaks_caption(peaks: Mapping[str, Sequence[tuple[float, float]]], what: str = "peak") -> str:
+    """Each variant's per-seed peaks (the stars of the figure) with their mean ± standard deviation (ddof 1).
+
+    Args: peaks: :func:`spanviz.plots.seed_peaks`. what: the quantity's name, e.g. "peak max logit".
+    Returns: HTML ("" without peaks).
+    """
+    parts = []
+    for name, rows in peaks.items():
+        values = [v for _, v in rows]
+        if not values:
+            continue
+        spread = f" ± {statistics.stdev(values):.3g}" if len(values) > 1 else ""
+        parts.append(f"{_e(name)} {', '.join(f'{v:.3g}' for v in values)} (mean {statistics.fmean(values):.3g}"
+                     f"{spread})")
+    if not parts:
+        return ""
+    return _p(f"<span class='spanviz-caption-peaks'><b>{_e(what[:1].upper() + what[1:])} of each seed</b> (the "
+              f"stars): " + "; ".join(parts) + ".</span>")
+
+
+# ----------------------------------------------------------------------------------------------------------- FP8
+def fp8_caption(series: Mapping[str, Any], *, gamma: float | None = None, r: int | None = None) -> str:
+    """Where the observed max |S| broke each bound, how many logits each strategy overflowed, and the dynamic
+    strategy's cost next to what it buys — the counts the FP8 figure's strip and overflow rows draw.
+
+    Args: series: :func:`spanviz.plots.fp8_series` (``steps``, ``observed``, ``bounds``, ``scales``,
+        ``overflows``). gamma, r: γ and the rank r of the run (to say why two bounds coincide).
+    Returns: HTML ("" without probed rows).
+    """
+    steps = np.asarray(series["steps"], dtype=float)
+    if not len(steps):
+        return ""
+    observed = np.asarray(series["observed"], dtype=float)
+    bounds = {k: np.asarray(v, dtype=float) for k, v in series["bounds"].items()}
+    same = plots.coinciding(bounds)
+    parts = []
+    for name, y in bounds.items():
+        over = observed > y
+        n = int(over.sum())
+        if n:
+            parts.append(f"above the {name} bound at <b>{n}</b> of {len(steps)} steps (first at step "
+                         f"{int(steps[np.argmax(over)])})")
+        else:
+            parts.append(f"never above the {name} bound" + (" (it cannot be)" if name == "worst case" else ""))
+    text = f"<b>Over {len(steps)} probed steps</b> the observed max |S| was " + "; ".join(parts) + "."
+    for a, b in same.items():
+        why = ""
+        if gamma is not None and r is not None and {a, b} == {"rank-agnostic", "rank-aware"}:
+            why = (f": γ·r = {gamma:.3g} × {r} = {gamma * r:.3g} is at least the input dimension d, which caps "
+                   "both at the same value, so the rank gives no gain here")
+        text += f" The {a} and {b} bounds coincide at every step{why} (the wide pale line is under the dotted one)."
+    counts = []
+    for name, y in series["overflows"].items():
+        y = np.asarray(y, dtype=float)
+        hit = np.flatnonzero(y > 0)
+        counts.append(f"{_e(name)} {_count(np.nansum(y))}" + (
+            f" at {len(hit)} steps (first at step {int(steps[hit[0]])})" if len(hit) else ""))
+    if counts:
+        text += ("<br><b>Overflowing logits over the run</b> (E4M3, |S·s| > 464, summed over layers): "
+                 + "; ".join(counts) + ".")
+    if "dynamic" in series["overflows"]:
+        text += (" <b>Dynamic</b> scaling cannot overflow: its scale comes from max |S| of the step itself — which "
+                 "costs a reduction over every logit before the cast can start (and an all-reduce across devices); "
+                 "the weight-based scales need only the weights, known before the forward pass.")
+    return _p(text)
+
+
+def bounds_caption(curves: Mapping[str, Any], *, sigma: Sequence[float], d: int, d_head: int, delta: float,
+                   n_keys: int) -> str:
+    """How the rank-aware bound depends on r, said as the bounds-vs-rank figure shows it: its value at the compared
+    ranks, the √(r/d_head) reference, γ(r), and σ(r).
+
+    Compares the picked r with r = d_head (with r = 1 when r = d_head is picked).
+
+    Args: curves: :meth:`spanviz.fp8.BoundsVsRank.curves` (``ranks``, ``bounds``, ``reference``, ``gamma``,
+        ``r``). sigma: σ per rank (same order). d: the input dimension (γ·r is capped at d). d_head: the largest
+        rank. delta: δ. n_keys: N keys.
+    Returns: HTML.
+    """
+    ranks = np.asarray(curves["ranks"])
+    r = int(curves["r"])
+    low = 1 if r == d_head else r
+    aware_name = next(k for k in curves["bounds"] if k.startswith("rank-aware"))
+    agn_name = next(k for k in curves["bounds"] if k.startswith("rank-agnostic"))
+    aware, agn = np.asarray(curves["bounds"][aware_name]), np.asarray(curves["bounds"][agn_name])
+    gamma, sigma = np.asarray(curves["gamma"]), np.asarray(sigma, dtype=float)
+    i, j = int(np.flatnonzero(ranks == low)[0]), int(np.flatnonzero(ranks == d_head)[0])
+    total = aware[i] / aware[j]
+    ref = math.sqrt(low / d_head)
+    s_ratio = sigma[i] / sigma[j]
+    # B_rank-aware ∝ σ · √min(γ r, d): the two factors of the ratio
+    energy_j, energy_i = min(gamma[j] * d_head, d), min(gamma[i] * low, d)
+    g_ratio = math.sqrt(energy_i / energy_j)
+    text = (f"<b>Rank r = {low} against r = d_head = {d_head}</b> (δ = {delta:g}): the rank-aware bound goes from "
+            f"{aware[j]:.3g} to {aware[i]:.3g}, <b>×{total:.2f}</b> — not ×{ref:.2f}, the √(r/d_head) of the dotted "
+            f"line. It goes like σ·√(γ·r), and γ is solved from δ and r — (r/2)(γ − 1 − ln γ) = ln(2N/δ), N = "
+            f"{n_keys} keys — so it grows as r shrinks: γ = {gamma[j]:.3g} at r = {d_head}, {gamma[i]:.3g} at r = "
+            f"{low} (a key's share of energy in fewer directions fluctuates more). So γ·r (at most d = {d}) falls only "
+            f"from {energy_j:.3g} to {energy_i:.3g}, and √ of that is ×{g_ratio:.2f}; σ of the rank-{low} "
+            f"W^Q W^Kᵀ is ×{s_ratio:.2f} of the full one's: ×{g_ratio:.2f} · ×{s_ratio:.2f} = ×{total:.2f}.")
+    gap = 100.0 * (agn[j] / aware[j] - 1.0)
+    if gap < 5.0:
+        text += (f" At r = {d_head} the rank-aware and rank-agnostic bounds are {gap:.1f} % apart (γ·r = "
+                 f"{energy_j:.3g}, close to d = {d}): their lines nearly coincide there.")
+    return _p(text)
+
+
+__all__ = ["PAPER_SPANS_CHANGE", "PAPER_SPANS_MIN_D_HEAD", "angles_caption", "bounds_caption", "fp8_caption",
+           "loss_caption", "max_logit_caption", "seed_peaks_caption", "spans_change_caption"]
