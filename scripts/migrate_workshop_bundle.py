@@ -28,7 +28,7 @@ from pathlib import Path
 
 from spanviz.data import LOCAL_SOURCE
 from spanviz.spans import SpanConfig
-from spanviz.store import BUNDLE, ResultsStore, config_key
+from spanviz.store import BUNDLE, ResultsStore
 from spanviz.store.archive import archived_record, manifest_keys
 from spanviz.train import RunRecord
 

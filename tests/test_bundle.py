@@ -61,8 +61,9 @@ def hub_like_copy(wikitext_dir: Path, folder: Path) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    def lines(name: str) -> list[str]:
-        return (wikitext_dir / name).read_text(encoding="utf-8").split("\n")
+    def lines(name: str) -> list[str]:  # one row per line, ending in a line break, as the hub's rows do
+        text = (wikitext_dir / name).read_text(encoding="utf-8").removesuffix("\n")
+        return [line + "\n" for line in text.split("\n")]
 
     splits = {"train": lines("test.txt") + lines("valid.txt"), "validation": lines("valid.txt"),
               "test": lines("test.txt")}

@@ -503,6 +503,8 @@ def test_a_folder_without_a_train_split_trains_on_the_splits_it_has(how, wikitex
 
 
 def test_prepare_data_remembers_the_folder_for_later_commands(wikitext_dir, tmp_path, capsys):
+    from spanviz.data import prepare_tokens
+
     argv = ["prepare-data", "--data-dir", str(wikitext_dir), *SPLITS, "--max-vocab", "2048"]
     assert main(argv) == 0
     assert "tokenized" in capsys.readouterr().out
@@ -512,8 +514,10 @@ def test_prepare_data_remembers_the_folder_for_later_commands(wikitext_dir, tmp_
     assert main(["train", *TINY_MODEL, "--max-vocab", "2048", "--steps", "2", "--eval-iters", "1",
                  "--out", str(out)]) == 0
     data = json.loads((out / "run.json").read_text())["config"]["data"]
-    assert data["source"] == str(wikitext_dir.resolve()) and data["splits"] == {"train": "validation",
-                                                                                 "eval": "test"}
+    assert data["splits"] == {"train": "validation", "eval": "test"}
+    assert data["source"] == "local folder"  # the record names the data by identity, not by a path of the machine
+    expected = prepare_tokens(wikitext_dir, splits={"train": "validation", "eval": "test"}, max_vocab=2048)
+    assert data["text_sha256"] == expected.text_sha256  # ... and it is the remembered folder's text
 
 
 def test_messages_name_flags_not_python_or_team_folders(wikitext_dir, capsys, monkeypatch):
