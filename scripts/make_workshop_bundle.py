@@ -152,7 +152,9 @@ def export(args: argparse.Namespace, tasks: list[Task]) -> int:
         print(f"refusing to export: {n_sweep} sweep runs (expected {n_sweep_wanted}) and "
               f"{len(records) - n_sweep} notebook runs in the store")
         return 1
-    about = {"made_by": "scripts/make_workshop_bundle.py " + " ".join(sys.argv[1:]),
+    settings = {"sweeps": args.sweeps, "seeds": args.seeds, "ls_steps": args.ls_steps,
+                "spans_steps": args.spans_steps, "notebooks": args.notebooks, "jobs": args.jobs, "smoke": args.smoke}
+    about = {"made_by": "scripts/make_workshop_bundle.py", "settings": settings,  # no paths of the machine
              "made_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
              "spanviz": identity["spanviz"], "git_commit": identity["git_commit"],
              "source_sha256": identity["source_sha256"],

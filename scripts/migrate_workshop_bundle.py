@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
                 record, changes = migrate(archived_record(archive, old_key))
                 key = store.put(record)
                 print(f"{old_key[:12]} → {key[:12]}: {'; '.join(changes) or 'unchanged'}")
+        replaced_keys = []
         if args.replace_from is not None:
             replaced = ResultsStore(Path(tmp) / "new")
             report = replaced.import_report(args.replace_from)
@@ -79,10 +80,14 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{key[:12]} of {args.replace_from} replaces nothing: not added")
                     continue
                 store.put(replaced.load(key), weights=replaced.weights(key))
+                replaced_keys.append(key)
                 print(f"{key[:12]}: replaced by the run of {args.replace_from}"
                       f"{' with its weights' if replaced.has_weights(key) else ''}")
         about = {"migrated": f"{date.today().isoformat()} by scripts/migrate_workshop_bundle.py (see each run's "
                              "environment.provenance)"}
+        if replaced_keys:
+            about["replaced"] = {key: "by a newer run of the same configuration (its own environment says where and "
+                                      "with which code it ran)" for key in replaced_keys}
         out = store.export(args.bundle, about=about)
         print(f"{out}: {len(store.list())} runs, {out.stat().st_size / 1e6:.2f} MB")
     return 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import importlib.util
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 def _bundle_script():
     spec = importlib.util.spec_from_file_location("make_workshop_bundle", REPO / "scripts" / "make_workshop_bundle.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
