@@ -141,3 +141,33 @@ def check_the_tour_looks_at_the_trained_model(namespace: dict, data: str) -> Non
     assert namespace["shown"] == "an untrained model"
     scores = namespace["views"]["logits S", 0]
     assert float(torch.tensor(scores).nan_to_num().abs().max()) < 1.0  # logits all close to 0 before training
+
+
+@pytest.mark.slow
+def test_make_workshop_bundle_trains_in_processes_and_exports_one_codes_runs(tmp_path, wikitext_dir):
+    """The remake command, rehearsed on a CPU (``--smoke``, the tour only): a fresh store, a child process per
+    notebook, the tour's weights in the archive, the manifest naming the code and settings and no path."""
+    import json
+    import subprocess
+    import zipfile
+
+    from spanviz.provenance import code_identity
+
+    out = tmp_path / "bundle.zip"
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "make_workshop_bundle.py"), "--data-dir",
+                           str(wikitext_dir), "--notebooks", "00", "--smoke", "--jobs", "1", "--out", str(out),
+                           "--home", str(tmp_path / "home")],
+                          capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "notebook-00: done" in done.stdout
+    with zipfile.ZipFile(out) as archive:
+        manifest = json.loads(archive.read("manifest.json"))
+        (run,) = [json.loads(archive.read(n)) for n in archive.namelist() if n.startswith("runs/")]
+        assert archive.namelist().count(f"weights/{manifest['keys'][0]}.pt") == 1
+    about = manifest["about"]
+    assert about["source_sha256"] == code_identity()["source_sha256"] == run["environment"]["source_sha256"]
+    assert about["settings"]["notebooks"] == ["00"] and about["settings"]["smoke"] is True
+    assert str(tmp_path) not in json.dumps(manifest) and str(wikitext_dir) not in json.dumps(run)
+    assert run["config"]["data"]["splits"] == {"train": "validation", "eval": "test"}
+    student = ResultsStore(tmp_path / "student")
+    assert load_bundle(out, student)["weights"] == 1
