@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -115,3 +116,10 @@ def test_shipped_bundle_holds_no_path_and_says_which_code_made_each_run():
         else:
             assert re.fullmatch(r"[0-9a-f]{64}", env["source_sha256"])
             assert re.fullmatch(r"[0-9a-f]{40}", env["git_commit"]) or env["git_commit"] == provenance.NOT_A_CHECKOUT
+
+
+def test_committed_results_hold_no_path_of_a_machine():
+    results = Path(__file__).resolve().parents[1] / "docs" / "results"
+    for path in sorted(results.glob("*.json")):
+        found = absolute_paths(json.loads(path.read_text(encoding="utf-8")))
+        assert found == [], (path.name, found)
