@@ -132,9 +132,11 @@ class TrainingPanel:
 
     Attributes:
         widget: the VBox to display. controls: ``start``, ``resume``, ``stop`` buttons, ``progress``.
-        status: HTML line. error: HTML area that shows a run's exception and traceback.
+        status: HTML line (for a replay: the runs, steps, devices and — when not the student's — data, see
+        :func:`spanviz.store.replay_note`). error: HTML area that shows a run's exception and traceback.
         views: name → :class:`FigureView`. captions: name → the HTML under a live figure whose view has a
         caption. runner: the :class:`spanviz.runner.Runner`.
+        found: label → the :class:`spanviz.store.Found` the last Train replayed (record, key, data differences).
     """
 
     def __init__(
