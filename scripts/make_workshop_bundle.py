@@ -24,8 +24,11 @@ On the GPU machine (no internet; the repository copy there is no git checkout, s
 from — it is recorded beside the source digest, which anyone can check against that commit with
 :func:`spanviz.provenance.source_digest_at`)::
 
-    python scripts/make_workshop_bundle.py --data-dir DIR --sweeps --jobs 12 --results docs/results \\
-        --commit <sha of the commit checked out>
+    python scripts/make_workshop_bundle.py --data-dir DIR --sweeps --jobs 16 --results docs/results \\
+        --commit <sha of the commit checked out> --home .bundle-home --deadline 540
+
+``--home`` in the repository keeps the finished runs for a second call should ``--deadline`` stop the first:
+the same command then replays them and trains only the rest (each run is stored when it finishes).
 
 A CPU rehearsal of the same code paths in about a minute: ``--smoke`` (tiny sizes, nothing written into the
 repository unless ``--out`` / ``--results`` say so). Source: spanviz.
@@ -100,12 +103,29 @@ def plan(args: argparse.Namespace) -> list[Task]:
     return sorted(tasks, key=lambda t: -t.weight)
 
 
-def run_all(tasks: list[Task], jobs: int, logs: Path, env: dict[str, str]) -> bool:
-    """Run the tasks, ``jobs`` at a time, each writing ``logs/<name>.log``; True when all ended with 0."""
+def run_all(tasks: list[Task], jobs: int, logs: Path, env: dict[str, str], deadline: float | None = None,
+            t0: float | None = None) -> bool:
+    """Run the tasks, ``jobs`` at a time, each writing ``logs/<name>.log``; True when all ended with 0.
+
+    At ``deadline`` seconds after ``t0`` (``time.perf_counter()``; default now) the running tasks are stopped and
+    the waiting ones dropped: the runs that finished are in the store, and the same command with the same
+    ``--home`` replays them and trains only the rest."""
     logs.mkdir(parents=True, exist_ok=True)
     waiting, running = list(tasks), []
-    t0 = time.perf_counter()
+    t0 = time.perf_counter() if t0 is None else t0
     while waiting or running:
+        if deadline is not None and time.perf_counter() - t0 > deadline:
+            for task in running:
+                task.process.terminate()
+            for task in running:
+                try:
+                    task.process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    task.process.kill()
+            names = [t.name for t in running + waiting]
+            print(f"[{time.perf_counter() - t0:6.0f} s] deadline: stopped or never started {len(names)} tasks "
+                  f"({', '.join(names)}); run the same command with the same --home to finish them", flush=True)
+            return False
         while waiting and len(running) < jobs:
             task = waiting.pop(0)
             with open(logs / f"{task.name}.log", "wb") as log:
@@ -183,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="the archive (default: spanviz's shipped bundle)")
     parser.add_argument("--commit", default=None, help="the commit checked out, recorded in the manifest (where "
                         "the tree is no git checkout; the source digest recorded beside it can be checked)")
+    parser.add_argument("--deadline", type=float, default=None, metavar="SECONDS",
+                        help="stop the tasks still running this long after the start (finished runs stay in "
+                             "--home; the same command with the same --home trains only the rest)")
     parser.add_argument("--smoke", action="store_true", help="a CPU rehearsal: tiny sizes, seconds per task")
     parser.add_argument("--run-notebook", choices=NOTEBOOKS, help=argparse.SUPPRESS)  # one task (a child process)
     args = parser.parse_args(argv)
@@ -223,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     prepare_tokens(args.data_dir, splits=OFFLINE_SPLITS, max_vocab=8192)  # once, before the processes read it
     print(f"SPANVIZ_HOME={home}; token ids ready in {time.perf_counter() - start:.0f} s", flush=True)
     tasks = plan(args)
-    ok = run_all(tasks, args.jobs, home / "logs", env)
+    ok = run_all(tasks, args.jobs, home / "logs", env, args.deadline, start)
     print(f"all tasks in {time.perf_counter() - start:.0f} s", flush=True)
     if not ok:
         print(f"not all tasks finished: no bundle written (logs in {home / 'logs'})")
