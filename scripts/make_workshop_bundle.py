@@ -188,6 +188,8 @@ def export(args: argparse.Namespace, tasks: list[Task]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if str(REPO) not in sys.path[:1]:  # this checkout's spanviz, as in the child processes (PYTHONPATH below)
+        sys.path.insert(0, str(REPO))
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, help="the local WikiText-2 folder (valid.txt, test.txt, ...)")
     parser.add_argument("--sweeps", action="store_true", help="also train and bundle ls/gpu and spans/gpu-heads")

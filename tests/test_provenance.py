@@ -106,7 +106,8 @@ def test_shipped_bundle_holds_no_path_and_says_which_code_made_each_run():
 
     with zipfile.ZipFile(BUNDLE) as archive:
         records = [json.loads(archive.read(n)) for n in archive.namelist() if n.startswith("runs/")]
-    assert records
+        about = json.loads(archive.read("manifest.json")).get("about", {})
+    assert records and absolute_paths(about) == []
     for record in records:
         assert absolute_paths(record) == [], absolute_paths(record)
         env = record["environment"]
@@ -116,6 +117,15 @@ def test_shipped_bundle_holds_no_path_and_says_which_code_made_each_run():
         else:
             assert re.fullmatch(r"[0-9a-f]{64}", env["source_sha256"])
             assert re.fullmatch(r"[0-9a-f]{40}", env["git_commit"]) or env["git_commit"] == provenance.NOT_A_CHECKOUT
+    recorded = {r["environment"]["source_sha256"] for r in records if r["environment"]["spanviz"] != "not recorded"}
+    if "source_sha256" in about:  # made by make_workshop_bundle.py: one code for every run, and it is the commit's
+        assert recorded == {about["source_sha256"]}
+        commit = about.get("stated_commit") or about.get("git_commit")
+        repo = Path(__file__).resolve().parents[1]
+        at_commit = provenance.source_digest_at(commit, repo) if commit != provenance.NOT_A_CHECKOUT else None
+        if at_commit is None:
+            pytest.skip(f"the bundle's commit {commit} is not in this clone's history (or git is missing)")
+        assert at_commit == about["source_sha256"], f"the bundle's runs are not the code of commit {commit}"
 
 
 def test_committed_results_hold_no_path_of_a_machine():
