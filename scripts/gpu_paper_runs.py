@@ -12,13 +12,15 @@ no train split; the run records say so):
   only by the scaling (plain "standard" training runs fused attention, whose dropout draws other random
   numbers).
 
-Every run lands in the results store (``$SPANVIZ_HOME/runs``); a rerun replays what is there, so seeds can
-train in parallel processes and one last call summarises them all::
+Every run lands in the results store (``$SPANVIZ_HOME/runs``); a rerun replays what is there, so seeds (and,
+with ``--variants``, single variants) can train in parallel processes and one last call summarises them all::
 
     python scripts/gpu_paper_runs.py ls --seeds 0 --ls-steps 1000 --data-dir DIR &      # one process per seed ...
-    python scripts/gpu_paper_runs.py spans --seeds 0 --spans-steps 1000 --data-dir DIR &
+    python scripts/gpu_paper_runs.py spans --seeds 0 --spans-steps 1000 --data-dir DIR --variants "heads=4/[1000]" &
     wait
     python scripts/gpu_paper_runs.py summary --out results/              # ... then summarise the store
+
+``scripts/make_workshop_bundle.py`` runs all of it (and the notebooks' defaults) in parallel processes on one GPU.
 
 ``summary`` trains nothing: it reads every run of these two experiments from the store and writes
 ``ls_gpu.json`` and ``spans_gpu_heads.json`` with their per-seed tables beside them (paired t-tests over seeds,
@@ -35,10 +37,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from spanviz import local_global
 from spanviz.data import OFFLINE_SPLITS, prepare_tokens
 from spanviz.experiments.core import compare_groups, per_seed_table, run_grid, save_sweep
 from spanviz.experiments.ls import SIZES as LS_SIZES
-from spanviz.experiments.ls import ls_sweep, summarize_ls
+from spanviz.experiments.ls import ls_variants, summarize_ls
 from spanviz.experiments.spans import SIZE_DEFAULTS
 from spanviz.model import GPTConfig
 from spanviz.spans import SpanConfig
@@ -68,20 +71,42 @@ def spans_variants(vocab_size: int, steps: int = SPANS_STEPS, smoke: bool = Fals
     return variants
 
 
+def ls_grid(vocab_size: int, steps: int | None = None, smoke: bool = False
+            ) -> tuple[dict[str, tuple[GPTConfig, TrainConfig]], int]:
+    """The LS sweep's variants at size "gpu" and its LogitProbe period: what
+    :func:`spanviz.experiments.ls.ls_sweep` ("gpu") trains, here so that single variants can train in parallel
+    processes under the same store keys."""
+    overrides = dict(model=SMOKE["model"], train=SMOKE["train"]) if smoke else dict(steps=steps)
+    return ls_variants("gpu", vocab_size, **overrides), 2 if smoke else LS_SIZES["gpu"]["probe_every"]
+
+
+def _pick(grid: dict[str, Any], names: list[str] | None) -> dict[str, Any]:
+    """The variants of ``grid`` named in ``names`` (all when None); ValueError for a name the grid lacks."""
+    if names is None:
+        return grid
+    unknown = [n for n in names if n not in grid]
+    if unknown:
+        raise ValueError(f"--variants {unknown} not in this sweep; its variants: {', '.join(grid)}")
+    return {n: grid[n] for n in names}
+
+
 def _data(data_dir: str | None, tokenizer: dict[str, Any]) -> Any:
     return prepare_tokens(data_dir, splits=OFFLINE_SPLITS if data_dir else None, **tokenizer)
 
 
 def train_ls(seeds: list[int], data_dir: str | None, store: ResultsStore, steps: int | None,
-             smoke: bool = False) -> None:
+             smoke: bool = False, variants: list[str] | None = None) -> None:
     data = _data(data_dir, LS_SIZES["gpu"]["tokenizer"])
-    overrides = dict(model=SMOKE["model"], train=SMOKE["train"], probe_every=2) if smoke else dict(steps=steps)
-    ls_sweep("gpu", seeds=seeds, data=data, store=store, **overrides)
+    grid, every = ls_grid(data.vocab_size, steps, smoke)
+    run_grid(_pick(grid, variants), seeds, data, store=store,
+             probes_factory=lambda name, cfg: [local_global.LogitProbe(every=every)],
+             tags={"experiment": "ls", "size": "gpu"})
 
 
-def train_spans(seeds: list[int], data_dir: str | None, store: ResultsStore, steps: int, smoke: bool = False) -> None:
+def train_spans(seeds: list[int], data_dir: str | None, store: ResultsStore, steps: int, smoke: bool = False,
+                variants: list[str] | None = None) -> None:
     data = _data(data_dir, {"tokenizer": "word", "max_vocab": 8192})
-    run_grid(spans_variants(data.vocab_size, steps, smoke), seeds, data, store=store,
+    run_grid(_pick(spans_variants(data.vocab_size, steps, smoke), variants), seeds, data, store=store,
              tags={"experiment": "spans", "size": "gpu-heads"})
 
 
@@ -132,14 +157,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", default=None, help="WikiText-2 folder (else $SPANVIZ_WIKITEXT_DIR / the hub)")
     parser.add_argument("--spans-steps", type=int, default=SPANS_STEPS)
     parser.add_argument("--ls-steps", type=int, default=None, help="default: the sweep's size 'gpu' (2000)")
+    parser.add_argument("--variants", nargs="+", default=None, metavar="NAME",
+                        help="ls / spans: train only these variants (e.g. mhsa, or 'heads=4/[1000]'); default all")
     parser.add_argument("--smoke", action="store_true", help="tiny CPU rehearsal of the same code paths")
     parser.add_argument("--out", type=Path, default=Path("."), help="summary: folder for the JSON and CSV files")
     args = parser.parse_args(argv)
     store = ResultsStore()
     if args.what == "ls":
-        train_ls(args.seeds, args.data_dir, store, args.ls_steps, args.smoke)
+        train_ls(args.seeds, args.data_dir, store, args.ls_steps, args.smoke, args.variants)
     elif args.what == "spans":
-        train_spans(args.seeds, args.data_dir, store, args.spans_steps, args.smoke)
+        train_spans(args.seeds, args.data_dir, store, args.spans_steps, args.smoke, args.variants)
     else:
         summary(store, args.out)
     return 0

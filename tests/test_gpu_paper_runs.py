@@ -42,3 +42,29 @@ def test_smoke_runs_land_in_the_store_and_the_summary_recomputes(script, tmp_pat
         assert len(table) == runs and {row["seed"] for row in table} == {0, 1}
         assert summary["rows"] and compare_groups(table, summary["comparisons"]) == summary["rows"]
         assert summary["data"]["splits"] == {"train": "validation", "eval": "test"}
+
+
+@pytest.mark.slow
+def test_one_variant_per_process_stores_what_the_whole_sweep_would(script, tmp_path, monkeypatch, wikitext_dir):
+    """make_workshop_bundle.py trains each variant in its own process: its runs must replay in ls_sweep("gpu")."""
+    from spanviz.data import OFFLINE_SPLITS, prepare_tokens
+    from spanviz.experiments.ls import ls_sweep
+    from spanviz.store import ResultsStore
+    from spanviz.train import Trainer
+
+    monkeypatch.setenv("SPANVIZ_HOME", str(tmp_path / "home"))
+    assert script.main(["ls", "--seeds", "0", "--smoke", "--variants", "mhsa", "--data-dir", str(wikitext_dir)]) == 0
+    with pytest.raises(ValueError, match="not in this sweep"):
+        script.main(["ls", "--seeds", "0", "--smoke", "--variants", "nope", "--data-dir", str(wikitext_dir)])
+    trained = []
+    run = Trainer.run
+
+    def counting(self, *args, **kwargs):
+        trained.append(self.record.config["variant"])
+        return run(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "run", counting)
+    data = prepare_tokens(wikitext_dir, splits=OFFLINE_SPLITS, tokenizer="word", max_vocab=8192)
+    ls_sweep("gpu", seeds=[0], data=data, store=ResultsStore(), model=script.SMOKE["model"],
+             train=script.SMOKE["train"], probe_every=2)
+    assert sorted(trained) == ["ls", "qk_norm"]  # mhsa replayed: the same store key

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spanviz.store import ResultsStore, config_key, default_root
+from spanviz.store import ResultsStore, config_key, default_root, replay_key
 from spanviz.train import RunRecord
 
 
@@ -136,13 +136,14 @@ def test_failed_serialisation_leaves_no_partial_file_and_keeps_the_old_one(tmp_p
     with pytest.raises(ValueError, match="JSON"):
         store.put(bad)
     assert (tmp_path / f"{key}.json").read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{key}.json"]  # no temporary leftovers
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == [f"{key}.json"]  # no temporary leftovers
+    assert [p.name for p in (tmp_path / "replay").iterdir()] == [f"{replay_key(good.config)}-{key}"]
 
     other = make_record(seed=3)
     other.history["step"][0] = {1, 2}  # a set: fails inside json.dumps
     with pytest.raises(ValueError):
         store.put(other)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{key}.json"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == [f"{key}.json"]
 
 
 def test_a_file_that_does_not_match_its_key_is_reported(tmp_path, caplog):
@@ -378,5 +379,5 @@ def test_concurrent_writers_in_several_processes_never_leave_a_partial_record(tm
     good, bad = store.scan()
     assert len(good) == keys and bad == []
     assert all(len(r.history["step"]) == 20_000 for r in good.values())
-    leftovers = [p.name for p in root.iterdir() if not p.name.endswith(".json")]
+    leftovers = [p.name for p in root.iterdir() if p.is_file() and not p.name.endswith(".json")]
     assert all(name.startswith(".") and name.endswith(".tmp") for name in leftovers), leftovers

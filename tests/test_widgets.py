@@ -374,7 +374,7 @@ def test_store_replays_repeated_configuration(tmp_path):
     second = panel.train(blocking=True)
     assert time.perf_counter() - t0 < 1.0
     assert panel.training.replayed == ["MHSA", "LS (1 local, p=4)"] and second.progress == (0, 0)
-    assert panel.training.status.value == "replayed from the store: MHSA, LS (1 local, p=4) (3 steps each)"
+    assert panel.training.status.value == "replayed from the store: MHSA, LS (1 local, p=4) (3 steps each, on a CPU)"
     assert panel.training.histories["MHSA"]["train_loss"] == hist["MHSA"]["train_loss"]
 
 

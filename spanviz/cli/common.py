@@ -113,9 +113,9 @@ def cmd_prepare_data(cmd: PrepareDataCommand) -> int:
     info = data.describe()
     print(f"{'cache hit' if data.from_cache else 'tokenized'}: {info['n_tokens']['train']:,} train / "
           f"{info['n_tokens']['eval']:,} eval tokens, vocab {data.vocab_size:,}, splits {info['splits']}, "
-          f"source {info['source']}")
+          f"source {data.source}")
     if settings["data_dir"] is not None:
         data_lib.remember_data_source(settings["data_dir"], data.splits)
-        print(f"remembered: later commands read {info['source']} (--train-split {data.splits['train']} "
+        print(f"remembered: later commands read {data.source} (--train-split {data.splits['train']} "
               f"--eval-split {data.splits['eval']}) unless given --data-dir")
     return 0

@@ -177,10 +177,13 @@ def resume_data_settings(cmd: TrainCommand, given: set[str], saved: Mapping[str,
     source = saved.get("source")
     folder = str(cmd.data.data_dir) if cmd.data.data_dir is not None else None
     if folder is None and source and source != data_lib.HUB_ID:
-        if not Path(source).is_dir():
-            raise UsageError(f"--resume: the run read WikiText-2 from {source}, which is not there any more; "
-                             "give its new place with --data-dir")
-        folder = source
+        if source != data_lib.LOCAL_SOURCE and Path(source).is_dir():
+            folder = source  # a record from before spanviz stopped recording the folder
+        else:  # the record names no folder: $SPANVIZ_WIKITEXT_DIR or the remembered one (its text is checked)
+            folder, _ = data_lib.resolve_data_source()
+        if folder is None:
+            raise UsageError("--resume: the run read WikiText-2 from a local folder; give it with --data-dir "
+                             "(its text is checked against the run's)")
     splits = saved.get("splits") or {}
     opts = replace(cmd.data, data_dir=folder and Path(folder),
                    train_split=cmd.data.train_split if "--train-split" in given else splits.get("train"),

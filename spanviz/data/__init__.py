@@ -22,7 +22,7 @@ from spanviz.data.batches import eval_starts, get_batch, iter_eval_batches
 from spanviz.data.tokenizers import (
     EOS, TOKENIZER_KINDS, UNK, ByteTokenizer, Tokenizer, WordTokenizer, make_tokenizer, tokenizer_from_dict,
 )
-from spanviz.data.tokens import CACHE_FORMAT, TokenData, load_tokens, prepare_tokens
+from spanviz.data.tokens import CACHE_FORMAT, LOCAL_SOURCE, TokenData, load_tokens, prepare_tokens
 from spanviz.data.wikitext import (
     CONFIGS, HUB_ID, HUB_PROBE_TIMEOUT_S, Corpus, HubUnavailableError, MissingSplitError, available_splits,
     load_wikitext2, splits_for_folder,
@@ -35,7 +35,7 @@ from spanviz.settings import (
 
 __all__ = [
     "CACHE_FORMAT", "CONFIGS", "DATA_SOURCE_FILE", "DEFAULT_SPLITS", "ENV_DATA_DIR", "ENV_EVAL_SPLIT", "ENV_HOME",
-    "ENV_OFFLINE", "ENV_TRAIN_SPLIT", "EOS", "HUB_ID", "HUB_PROBE_TIMEOUT_S", "OFFLINE_SPLITS", "ROLES",
+    "ENV_OFFLINE", "ENV_TRAIN_SPLIT", "EOS", "HUB_ID", "HUB_PROBE_TIMEOUT_S", "LOCAL_SOURCE", "OFFLINE_SPLITS", "ROLES",
     "SPLIT_ALIASES", "SPLITS", "TOKENIZER_KINDS", "UNK", "ByteTokenizer", "Corpus", "HubUnavailableError",
     "MissingSplitError", "TokenData", "Tokenizer", "WordTokenizer", "available_splits", "command_name", "eval_starts", "get_batch", "iter_eval_batches",
     "load_tokens", "load_wikitext2", "make_tokenizer", "prepare_tokens", "remember_data_source",

@@ -17,12 +17,14 @@ import torch
 from torch import Tensor
 
 from spanviz.data.tokenizers import Tokenizer, make_tokenizer, tokenizer_from_dict
-from spanviz.data.wikitext import load_wikitext2
+from spanviz.data.wikitext import HUB_ID, load_wikitext2
 from spanviz.files import atomic_write
 from spanviz.settings import OFFLINE_SPLITS, ROLES, check_splits, resolve_data_source, spanviz_home
 
 logger = logging.getLogger(__name__)
 
+LOCAL_SOURCE = "local folder"
+"""``describe()["source"]`` of data read from a local folder (the folder itself is not recorded)."""
 CACHE_FORMAT = 1
 """Bump when the cache layout or the tokenization changes, so old cache entries are not reused."""
 
@@ -36,7 +38,8 @@ class TokenData:
         eval_ids: ``(n_eval,)`` ``torch.long``, the eval role's lines, encoded with the train vocabulary.
         tokenizer: the fitted tokenizer.
         splits: role → split used, e.g. ``{"train": "validation", "eval": "test"}``; store it in run records.
-        source: ``"Salesforce/wikitext"`` or the local folder.
+        source: ``"Salesforce/wikitext"`` or the local folder (shown to the user; run records get
+            :data:`LOCAL_SOURCE` instead, see :meth:`describe`).
         config: the WikiText-2 config.
         text_sha256: role → sha256 of the role's lines (each line plus ``"\\n"``, UTF-8).
         cache_key: the sha256 that names the cache entry.
@@ -58,10 +61,12 @@ class TokenData:
         return self.tokenizer.vocab_size
 
     def describe(self) -> dict[str, Any]:
-        """JSON-ready summary for the run record (no token ids, no vocabulary)."""
+        """JSON-ready summary for the run record (no token ids, no vocabulary): the dataset's identity — name,
+        config, splits, tokenizer, counts and the sha256 of each role's text — and where it came from, as the hub
+        id or :data:`LOCAL_SOURCE`, never a path of the machine (the text hashes say which text it was)."""
         return {
             "dataset": "wikitext-2",
-            "source": self.source,
+            "source": self.source if self.source == HUB_ID else LOCAL_SOURCE,
             "config": self.config,
             "splits": dict(self.splits),
             "tokenizer": self.tokenizer.kind,

@@ -5,8 +5,10 @@ how notebooks answer a slider in seconds). An instructor precomputes runs on a G
 them into one ``.zip`` file, and students :meth:`ResultsStore.import_` it and replay offline.
 
 Layout: ``<root>/<key>.json``, one :class:`~spanviz.train.RunRecord` per file, written atomically (temporary
-file in the same folder, then ``os.replace``). Default root: ``$SPANVIZ_HOME/runs``, with ``SPANVIZ_HOME``
-defaulting to ``~/.cache/spanviz``.
+file in the same folder, then ``os.replace``); ``<root>/weights/<key>.pt``, a run's final weights where a notebook
+keeps them (:mod:`~spanviz.store.weights`); ``<root>/replay/<replay key>-<key>``, empty files indexing the runs by
+:func:`replay_key` (rebuilt from the records when missing). Default root: ``$SPANVIZ_HOME/runs``, with
+``SPANVIZ_HOME`` defaulting to ``~/.cache/spanviz``.
 
 Concurrent writers are safe, across processes too (the workers of a distributed sweep, two sweeps at once):
 each writer has its own temporary file and ``os.replace`` swaps whole files, so a reader sees no file or a
@@ -19,7 +21,11 @@ train (seed included), data description, probes and any experiment entries (``va
 — with two exceptions: ``config["data"]["source"]`` (a machine-specific folder, or the hub id) is left out,
 because the data are identified by their text sha256 and tokenizer settings, and an instructor's local folder
 path must not change the key a student computes; and ``config["train"]["checkpoint_interval"]`` counts as 0,
-because how often a run was checkpointed does not change its curve.
+because how often a run was checkpointed does not change its curve. :meth:`ResultsStore.get` answers this key
+only (sweeps: a summary never mixes data variants). :meth:`ResultsStore.find` — what the notebooks' panels ask —
+also answers a run of the same configuration trained on another variant of the data (:func:`replay_key`: the
+data reduced to dataset, config, tokenizer and vocabulary), and says what differs (the splits, the text), so the
+workshop bundle, trained on the offline copy's validation split, replays where the data has its train split.
 
 What is stored: only complete results, status ``"finished"`` and ``"diverged"`` (a divergence is a real
 outcome of that configuration). Stopped and interrupted runs are partial and would replay as if they were
@@ -36,17 +42,20 @@ others are imported.
 
 The package: :mod:`~spanviz.store.keys` (:func:`config_key`, :func:`default_root`), :mod:`~spanviz.store.results`
 (:class:`ResultsStore`), :mod:`~spanviz.store.archive` (the checks of records and archives from elsewhere),
-:mod:`~spanviz.store.bundle` (the shipped workshop bundle, :func:`load_bundle`).
+:mod:`~spanviz.store.bundle` (the shipped workshop bundle, :func:`load_bundle`), :mod:`~spanviz.store.weights` (a run's
+final weights, packed and checked).
 """
 
 from spanviz.store.archive import (EXPORT_FORMAT, MAX_ARCHIVE_BYTES, MAX_DEPTH, MAX_MANIFEST_BYTES, MAX_MESSAGE_CHARS,
                                    MAX_RECORD_BYTES, MAX_RUNS, ImportReport, check_json_limits, record_from_json)
-from spanviz.store.bundle import BUNDLE, describe_runs, load_bundle
-from spanviz.store.keys import STORABLE, config_key, default_root
-from spanviz.store.results import ResultsStore
+from spanviz.store.bundle import BUNDLE, describe_runs, load_bundle, replay_note
+from spanviz.store.keys import DATA_IDENTITY, STORABLE, config_key, data_differences, default_root, replay_key
+from spanviz.store.results import Found, ResultsStore
+from spanviz.store.weights import MAX_WEIGHTS_BYTES
 
 __all__ = [
-    "BUNDLE", "EXPORT_FORMAT", "MAX_ARCHIVE_BYTES", "MAX_DEPTH", "MAX_MANIFEST_BYTES", "MAX_MESSAGE_CHARS",
-    "MAX_RECORD_BYTES", "MAX_RUNS", "STORABLE", "ImportReport", "ResultsStore", "check_json_limits", "config_key",
-    "default_root", "describe_runs", "load_bundle", "record_from_json",
+    "BUNDLE", "DATA_IDENTITY", "EXPORT_FORMAT", "MAX_ARCHIVE_BYTES", "MAX_DEPTH", "MAX_MANIFEST_BYTES",
+    "MAX_MESSAGE_CHARS", "MAX_RECORD_BYTES", "MAX_RUNS", "MAX_WEIGHTS_BYTES", "STORABLE", "Found", "ImportReport",
+    "ResultsStore", "check_json_limits", "config_key", "data_differences", "default_root", "describe_runs",
+    "load_bundle", "record_from_json", "replay_key", "replay_note",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import zipfile
 from collections.abc import Iterable, Mapping
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from spanviz.store.keys import KEY_RE
-from spanviz.store.results import ResultsStore
+from spanviz.store.results import Found, ResultsStore
 from spanviz.train import RunRecord
 
 BUNDLE = Path(__file__).resolve().parent.parent / "bundles" / "workshop-gpu.zip"
@@ -17,10 +18,11 @@ BUNDLE = Path(__file__).resolve().parent.parent / "bundles" / "workshop-gpu.zip"
 
 
 def describe_runs(records: Iterable[RunRecord]) -> dict[str, Any]:
-    """Where a set of runs came from: ``{"runs", "devices", "torch", "first_utc", "last_utc", "experiments"}`` —
-    device names and torch versions (sorted, distinct), the earliest and latest start time (UTC, ISO 8601),
-    and the number of runs per experiment: ``"<experiment>/<size>"`` from a sweep's ``tags``, or "notebook
-    defaults" for untagged runs (what the notebooks' panels store)."""
+    """Where a set of runs came from: ``{"runs", "devices", "torch", "spanviz", "commits", "data", "first_utc",
+    "last_utc", "experiments"}`` — device names, torch and spanviz versions, git commits and the data they trained
+    on (``"<train split>/<eval split>"``), each sorted and distinct; the earliest and latest start time (UTC,
+    ISO 8601); and the number of runs per experiment: ``"<experiment>/<size>"`` from a sweep's ``tags``, or
+    "notebook defaults" for untagged runs (what the notebooks' panels store)."""
     records = list(records)
     started = sorted(r.environment.get("started_utc", "") for r in records if r.environment.get("started_utc"))
     experiments: dict[str, int] = {}
@@ -32,10 +34,54 @@ def describe_runs(records: Iterable[RunRecord]) -> dict[str, Any]:
         "runs": len(records),
         "devices": sorted({str(r.environment.get("device_name")) for r in records}),
         "torch": sorted({str(r.environment.get("torch")) for r in records}),
+        "spanviz": sorted({str(r.environment.get("spanviz")) for r in records}),
+        "commits": sorted({str(r.environment.get("git_commit")) for r in records}),
+        "data": sorted({_splits(r.config) for r in records}),
         "first_utc": started[0] if started else None,
         "last_utc": started[-1] if started else None,
         "experiments": experiments,
     }
+
+
+def _splits(config: Mapping[str, Any]) -> str:
+    splits = (config.get("data") or {}).get("splits") or {}
+    return f"{splits.get('train')}/{splits.get('eval')}"
+
+
+def _device(environment: Mapping[str, Any]) -> str:
+    kind = str(environment.get("device", "?")).split(":")[0]
+    return str(environment.get("device_name")) if kind == "cuda" else {"cpu": "a CPU", "mps": "an Apple GPU"}.get(
+        kind, kind)
+
+
+def replay_note(found: Mapping[str, Found]) -> str:
+    """What a panel replayed, in one line: the runs, their steps and devices, and — when it differs from the data
+    the student has — which data they were trained on. ``found``: label → :meth:`ResultsStore.find`'s answer.
+
+    Example: ``"replayed from the store: tiny GPT (300 steps, on NVIDIA H100 80GB HBM3; trained on the validation
+    split, evaluated on test — your data: train, validation)"``.
+    """
+    if not found:
+        return ""
+    rows = {label: len(f.record.history.get("step", [])) for label, f in found.items()}
+    if len(set(rows.values())) == 1:
+        steps = f"{next(iter(rows.values()))} steps{' each' * (len(rows) > 1)}"
+    else:
+        steps = ", ".join(f"{label} {n} steps" for label, n in rows.items())
+    devices = list(dict.fromkeys(_device(f.record.environment) for f in found.values()))
+    parts = [f"{steps}, on {' and '.join(devices)}"]
+    for f in found.values():
+        if f.exact or not f.differences:
+            continue
+        if "splits" in f.differences:
+            stored, wanted = (splits if isinstance(splits, Mapping) else {} for splits in f.differences["splits"])
+            phrase = (f"trained on the {stored.get('train')} split, evaluated on {stored.get('eval')} — your data: "
+                      f"{wanted.get('train')}, {wanted.get('eval')}")
+        else:
+            phrase = "trained on other text of the same splits (its text hashes differ from your data's)"
+        if phrase not in parts:
+            parts.append(phrase)
+    return f"replayed from the store: {', '.join(found)} ({'; '.join(parts)})"
 
 
 def load_bundle(path: str | os.PathLike[str] | None = None, store: ResultsStore | None = None) -> dict[str, Any]:
@@ -48,8 +94,9 @@ def load_bundle(path: str | os.PathLike[str] | None = None, store: ResultsStore 
         path: a ``spanviz runs export`` archive; None = :data:`BUNDLE`, the one shipped with spanviz.
         store: the store to fill; None = ``ResultsStore()`` (the notebooks' and the command line's default).
     Returns:
-        :func:`describe_runs` of the bundle's runs, plus ``"path"``, ``"imported"`` (runs newly written) and
-        ``"rejected"`` (entries the import refused, with the reason).
+        :func:`describe_runs` of the bundle's runs, plus ``"path"``, ``"imported"`` (runs newly written),
+        ``"rejected"`` (entries the import refused, with the reason), ``"weights"`` (how many runs carry their final
+        weights) and ``"about"`` (the archive's notes on how it was made, or {}).
     Raises:
         ValueError: the file is missing or not a usable archive (see :meth:`ResultsStore.import_report`).
     """
@@ -58,6 +105,18 @@ def load_bundle(path: str | os.PathLike[str] | None = None, store: ResultsStore 
     report = store.import_report(path)
     with zipfile.ZipFile(path) as archive:
         keys = [n[len("runs/"):-len(".json")] for n in archive.namelist() if n.startswith("runs/")]
-    records = [store.load(k) for k in keys if KEY_RE.match(k) and store.path(k).is_file()]
+        about = _about(archive)
+    keys = [k for k in keys if KEY_RE.match(k) and store.path(k).is_file()]
+    records = [store.load(k) for k in keys]
     return {"path": str(path), **describe_runs(records), "imported": len(report.written),
-            "rejected": [f"{entry}: {why}" for entry, why in report.rejected]}
+            "rejected": [f"{entry}: {why}" for entry, why in report.rejected],
+            "weights": sum(store.has_weights(k) for k in keys), "about": about}
+
+
+def _about(archive: zipfile.ZipFile) -> dict[str, Any]:
+    """The manifest's ``"about"`` notes (already checked as a manifest by the import), or {}."""
+    try:
+        about = json.loads(archive.read("manifest.json")).get("about")
+    except (KeyError, ValueError, AttributeError):
+        return {}
+    return about if isinstance(about, dict) else {}

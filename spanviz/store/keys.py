@@ -1,4 +1,16 @@
-"""What identifies a stored run: :func:`config_key`, the hash of its configuration, and where runs are kept."""
+"""What identifies a stored run: :func:`config_key`, the hash of its configuration; :func:`replay_key`, the same
+without the data variant; and where runs are kept.
+
+Two keys, two uses:
+
+* :func:`config_key` — the run exactly: model, train, probes, extra entries *and the data* (splits, token counts,
+  the sha256 of each role's text). Sweeps and their statistics replay only this, so a summary never mixes runs
+  trained on different text.
+* :func:`replay_key` — the same configuration with the data reduced to what the model sees of it
+  (:data:`DATA_IDENTITY`: dataset, WikiText-2 config, tokenizer, vocabulary cap and size). The notebooks' panels
+  replay a run of another data variant under it — the workshop bundle trained on the validation split, a student
+  on Binder has the train split — and say what differs (:func:`data_differences`).
+"""
 
 from __future__ import annotations
 
@@ -23,21 +35,54 @@ def default_root() -> Path:
     return spanviz_home() / "runs"
 
 
+DATA_IDENTITY = ("dataset", "config", "tokenizer", "max_vocab", "vocab_size")
+"""The entries of ``config["data"]`` that :func:`replay_key` keeps: what the model is built from. The others — the
+splits, token counts, text hashes, cache key and source — name the data variant."""
+DATA_VARIANT = ("splits", "n_tokens", "text_sha256")
+"""The entries of ``config["data"]`` that :func:`data_differences` compares."""
+
+
 def config_key(config: Mapping[str, Any]) -> str:
     """The store key of a run configuration: 64 hex digits (see the module docstring).
 
     Raises:
         ValueError: ``config`` is not a mapping or holds something JSON cannot represent.
     """
+    return _hash(_identity(config, lambda data: {k: v for k, v in data.items() if k != "source"}))
+
+
+def replay_key(config: Mapping[str, Any]) -> str:
+    """The key under which a run replays for any variant of its data: :func:`config_key` with ``config["data"]``
+    reduced to :data:`DATA_IDENTITY`. 64 hex digits.
+
+    Raises:
+        ValueError: as :func:`config_key`.
+    """
+    return _hash(_identity(config, lambda data: {k: v for k, v in data.items() if k in DATA_IDENTITY}))
+
+
+def data_differences(stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """``{entry: (stored, wanted)}`` for the :data:`DATA_VARIANT` entries of two configs' ``"data"`` that differ
+    (empty when the same data trained both)."""
+    a = stored.get("data") if isinstance(stored.get("data"), Mapping) else {}
+    b = wanted.get("data") if isinstance(wanted.get("data"), Mapping) else {}
+    return {k: (a.get(k), b.get(k)) for k in DATA_VARIANT if a.get(k) != b.get(k)}
+
+
+def _identity(config: Mapping[str, Any], data: Any) -> dict[str, Any]:
     if not isinstance(config, Mapping):
         raise ValueError(f"config must be a mapping (a RunRecord.config), got {type(config).__name__}")
     identity = copy.deepcopy(dict(config))
     if isinstance(identity.get("data"), Mapping):
-        identity["data"] = {k: v for k, v in identity["data"].items() if k != "source"}
+        identity["data"] = data(identity["data"])
     if isinstance(identity.get("train"), Mapping) and "checkpoint_interval" in identity["train"]:
         # How often a run was checkpointed does not change its curve: every cadence gets the key it had
         # when checkpoints were only written at the end (0), so records stored before stay valid.
         identity["train"] = {**identity["train"], "checkpoint_interval": 0}
+    return identity
+
+
+def _hash(identity: dict[str, Any]) -> str:
     try:
         text = json.dumps(identity, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
     except (TypeError, ValueError) as error:

@@ -8,15 +8,39 @@ import logging
 import os
 import zipfile
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from spanviz.files import atomic_write
-from spanviz.store.archive import EXPORT_FORMAT, ImportReport, archived_record, manifest_keys, record_from_json
-from spanviz.store.keys import KEY_RE, STORABLE, config_key, default_root
+from spanviz.store.archive import (EXPORT_FORMAT, MAX_ARCHIVE_BYTES, ImportReport, archived_record, manifest_keys,
+                                   record_from_json)
+from spanviz.store.keys import KEY_RE, STORABLE, config_key, data_differences, default_root, replay_key
+from spanviz.store.weights import MAX_WEIGHTS_BYTES, pack_weights, unpack_weights
 from spanviz.train import RunRecord
 
 logger = logging.getLogger("spanviz.store")  # the name it had as one module: log filters keep working
+
+REPLAY_INDEX = "replay"
+"""Sub-folder of the store: one empty file ``<replay key>-<key>`` per run (:meth:`ResultsStore.find`)."""
+WEIGHTS = "weights"
+"""Sub-folder of the store (and of an archive): ``<key>.pt``, a run's final weights (:mod:`spanviz.store.weights`)."""
+
+
+@dataclass
+class Found:
+    """A stored run that answers a configuration (:meth:`ResultsStore.find`).
+
+    Attributes:
+        key: its store key. record: the run record. exact: True when it is the configuration itself (same data).
+        differences: ``{entry: (stored, wanted)}`` of the data entries that differ (splits, n_tokens, text_sha256;
+            see :func:`~spanviz.store.keys.data_differences`); empty for an exact match.
+    """
+
+    key: str
+    record: RunRecord
+    exact: bool
+    differences: dict[str, tuple[Any, Any]] = field(default_factory=dict)
 
 
 class ResultsStore:
@@ -101,12 +125,18 @@ class ResultsStore:
             raise ValueError(f"{path} holds a record whose config does not hash to its file name; remove the file")
         return record
 
-    def put(self, record: RunRecord) -> str:
+    def put(self, record: RunRecord, weights: Mapping[str, Any] | None = None) -> str:
         """Store ``record`` (replacing an earlier record of the same config), atomically. Returns its key.
 
+        Args:
+            record: a finished or diverged run.
+            weights: the run's final ``model.state_dict()`` to keep beside it (see :mod:`spanviz.store.weights`;
+                for small models a notebook looks inside after a replay), or None: then weights kept for an
+                earlier record of the same key are removed (they belonged to another run).
         Raises:
-            ValueError: not a RunRecord, status not in :data:`STORABLE`, or not JSON-serialisable (then
-                nothing is written and an older file of the same key is left as it was).
+            ValueError: not a RunRecord, status not in :data:`STORABLE`, not JSON-serialisable, or ``weights`` not a
+                state dict or too large (then nothing is written and an older file of the same key is left as
+                it was).
             OSError: the store folder cannot be written.
         """
         if not isinstance(record, RunRecord):
@@ -115,8 +145,113 @@ class ResultsStore:
             raise ValueError(f"record.status must be one of {STORABLE} to be stored, got {record.status!r}: "
                              "a partial run would replay as if it were the result of its configuration")
         key = config_key(record.config)
-        record.save(self.path(key))
+        packed = pack_weights(weights, key) if weights is not None else None
+        self._write(key, record, packed)
         return key
+
+    def _write(self, key: str, record: RunRecord, weights: bytes | None) -> None:
+        """The record, its replay-index entry and its weights file (or none: an older one is removed)."""
+        record.save(self.path(key))
+        self._index(key, record.config)
+        if weights is not None:
+            atomic_write(self.weights_path(key), weights)
+        else:
+            self.weights_path(key).unlink(missing_ok=True)
+
+    # ---------------------------------------------------------------------------- replays of other data
+    def find(self, config: Mapping[str, Any]) -> Found | None:
+        """The stored run that answers ``config``: the configuration itself (:meth:`get`), else a run of the same
+        configuration trained on another variant of the data (same :func:`~spanviz.store.keys.replay_key`:
+        another split, other text), with what differs; None when there is neither.
+
+        Among several runs of other data, the one with the same splits wins, then the latest start. The notebooks'
+        panels use this, so the workshop bundle (trained on the offline copy's validation split) replays where
+        the data has its train split; sweeps use :meth:`get`, the exact configuration only.
+
+        Raises:
+            ValueError: bad ``config`` (see :func:`config_key`).
+        """
+        key = config_key(config)
+        record = self.get(config)
+        if record is not None:
+            return Found(key, record, exact=True)
+        wanted = replay_key(config)
+        candidates = []
+        for other in self._replay_index().get(wanted, []):
+            try:
+                stored = self.load(other)
+            except (KeyError, ValueError):  # removed meanwhile, or damaged (get() logs those when asked)
+                continue
+            if replay_key(stored.config) == wanted:  # a stale or stray index entry names another run
+                candidates.append((other, stored))
+        if not candidates:
+            return None
+        splits = config.get("data", {}).get("splits") if isinstance(config.get("data"), Mapping) else None
+
+        def preference(item: tuple[str, RunRecord]) -> tuple[bool, str, str]:
+            stored = item[1]
+            return (stored.config.get("data", {}).get("splits") == splits,
+                    str(stored.environment.get("started_utc", "")), item[0])
+
+        other, stored = max(candidates, key=preference)
+        return Found(other, stored, exact=False, differences=data_differences(stored.config, config))
+
+    def _index(self, key: str, config: Mapping[str, Any]) -> str:
+        """Write the replay-index entry of a run (best effort: a read-only store is still read); its replay key."""
+        replay = replay_key(config)
+        entry = self.root / REPLAY_INDEX / f"{replay}-{key}"
+        if not entry.exists():
+            try:
+                entry.parent.mkdir(parents=True, exist_ok=True)
+                entry.touch()
+            except OSError as error:
+                logger.debug("results store: cannot index %s (%s)", key, error)
+        return replay
+
+    def _replay_index(self) -> dict[str, list[str]]:
+        """``{replay key: [keys]}`` of the stored runs; runs not indexed yet (stored by an older spanviz, or copied
+        in) are read once and indexed."""
+        index: dict[str, list[str]] = {}
+        folder = self.root / REPLAY_INDEX
+        names = os.listdir(folder) if folder.is_dir() else []
+        for name in names:
+            replay, _, key = name.partition("-")
+            if KEY_RE.match(replay) and KEY_RE.match(key):
+                index.setdefault(replay, []).append(key)
+        indexed = {key for keys in index.values() for key in keys}
+        for key in self.list():
+            if key in indexed:
+                continue
+            try:
+                record = self.load(key)
+            except (KeyError, ValueError):
+                continue
+            index.setdefault(self._index(key, record.config), []).append(key)
+        return index
+
+    # ------------------------------------------------------------------------------------------ weights
+    def weights_path(self, key: str) -> Path:
+        """The weights file of ``key`` (whether or not it exists). Raises ``ValueError`` for a malformed key."""
+        self.path(key)  # checks the key
+        return self.root / WEIGHTS / f"{key}.pt"
+
+    def has_weights(self, key: str) -> bool:
+        """Whether final weights are kept for the run stored under ``key``."""
+        return self.weights_path(key).is_file()
+
+    def weights(self, key: str) -> dict[str, Any] | None:
+        """The final weights kept for the run stored under ``key`` (a state dict, float32), or None when there are
+        none or the file is damaged (logged as a warning naming the file)."""
+        path = self.weights_path(key)
+        if not path.is_file():
+            return None
+        try:
+            if path.stat().st_size > MAX_WEIGHTS_BYTES:
+                raise ValueError(f"{path}: more than {MAX_WEIGHTS_BYTES:,} bytes")
+            return unpack_weights(path.read_bytes(), key, str(path))
+        except (OSError, ValueError) as error:
+            logger.warning("results store: skipping damaged weights (%s)", error)
+            return None
 
     def list(self) -> list[str]:
         """The keys of the files in the store, sorted (damaged entries included; see :meth:`scan`)."""
@@ -144,15 +279,19 @@ class ResultsStore:
         yield from good.items()
 
     # --------------------------------------------------------------------------------- export / import
-    def export(self, path: str | os.PathLike[str], keys: Iterable[str] | None = None) -> Path:
-        """Write runs into one zip file: ``manifest.json`` plus ``runs/<key>.json`` per run. Atomic.
+    def export(self, path: str | os.PathLike[str], keys: Iterable[str] | None = None,
+               about: Mapping[str, Any] | None = None) -> Path:
+        """Write runs into one zip file: ``manifest.json`` plus ``runs/<key>.json`` per run, and
+        ``weights/<key>.pt`` for the runs whose final weights are kept. Atomic.
 
-        Every run is read and checked first, so the archive never ships a damaged entry.
+        Every run is read and checked first, so the archive never ships a damaged entry (damaged weights are
+        left out with a warning).
 
         Args:
             path: the zip file to write (e.g. ``"workshop-runs.zip"``); its folder is created.
             keys: which runs; None = every readable run (damaged entries are skipped with a warning naming
                 the file).
+            about: JSON-able notes for the manifest's ``"about"`` (e.g. how the archive was made).
         Returns:
             The path written.
         Raises:
@@ -170,15 +309,33 @@ class ResultsStore:
             if missing:
                 raise ValueError(f"keys not in the store {self.root}: {missing}")
             records = {k: self.load(k) for k in keys}
+        weights = {key: packed for key in records if (packed := self._weights_bytes(key)) is not None}
+        manifest = {"format": EXPORT_FORMAT, "keys": list(records), **({"weights": list(weights)} if weights else {}),
+                    **({"about": dict(about)} if about else {})}
         buffer = io.BytesIO()
         with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-            archive.writestr("manifest.json", json.dumps({"format": EXPORT_FORMAT, "keys": list(records)}, indent=1))
+            archive.writestr("manifest.json", json.dumps(manifest, indent=1))
             for key, record in records.items():
                 archive.writestr(f"runs/{key}.json", record.to_json())
+            for key, packed in weights.items():
+                archive.writestr(f"{WEIGHTS}/{key}.pt", packed)
         try:
             return atomic_write(path, buffer.getvalue())
         except OSError as error:
             raise ValueError(f"cannot write {path} ({error.strerror or error})") from None
+
+    def _weights_bytes(self, key: str) -> bytes | None:
+        """The checked bytes of a kept weights file, or None (none kept, or damaged: logged)."""
+        path = self.weights_path(key)
+        if not path.is_file():
+            return None
+        try:
+            payload = path.read_bytes()
+            unpack_weights(payload, key, str(path))
+        except (OSError, ValueError) as error:
+            logger.warning("results store: not exporting damaged weights (%s)", error)
+            return None
+        return payload
 
     def import_(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> list[str]:
         """Add the runs of a zip file written by :meth:`export` to this store; returns the keys written.
@@ -201,6 +358,9 @@ class ResultsStore:
         to at most :data:`MAX_ARCHIVE_BYTES` uncompressed. Each run must be a file ``runs/<key>.json`` of at most
         :data:`MAX_RECORD_BYTES`, pass :func:`record_from_json`, have a storable status and a config that
         hashes to its key; a run that fails is rejected (reported, not written) and the others are imported.
+        A good run's ``weights/<key>.pt`` (at most :data:`MAX_WEIGHTS_BYTES`, all of them together at most
+        :data:`MAX_ARCHIVE_BYTES`) must pass :func:`~spanviz.store.weights.unpack_weights`; weights that fail are
+        rejected and their run is imported without them.
 
         Args:
             path: the zip file. overwrite: replace runs already in this store (default: keep them).
@@ -223,12 +383,41 @@ class ResultsStore:
                         records[key] = archived_record(archive, key)
                     except ValueError as error:
                         report.rejected.append((f"runs/{key}.json", str(error)))
+                weights = self._archived_weights(archive, records, report)
         except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError) as error:
             raise ValueError(f"{path} is not a spanviz runs archive ({error})") from None
         for key, record in records.items():
             if overwrite or not self.path(key).is_file():
-                record.save(self.path(key))
+                self._write(key, record, weights.get(key))
                 report.written.append(key)
             else:
                 report.kept.append(key)
         return report
+
+    @staticmethod
+    def _archived_weights(archive: zipfile.ZipFile, records: Mapping[str, RunRecord],
+                          report: ImportReport) -> dict[str, bytes]:
+        """The checked ``weights/<key>.pt`` of the archive's good runs; each bad one is rejected (its run stays)."""
+        found: dict[str, bytes] = {}
+        sizes = {i.filename: i.file_size for i in archive.infolist()}
+        total = sum(sizes.get(f"{WEIGHTS}/{key}.pt", 0) for key in records)
+        if total > MAX_ARCHIVE_BYTES:
+            report.rejected.append((f"{WEIGHTS}/", f"{total:,} bytes uncompressed, more than {MAX_ARCHIVE_BYTES:,}"))
+            return found
+        for key in records:
+            name = f"{WEIGHTS}/{key}.pt"
+            try:
+                info = archive.getinfo(name)
+            except KeyError:
+                continue
+            try:
+                if info.file_size > MAX_WEIGHTS_BYTES:
+                    raise ValueError(f"{info.file_size:,} bytes, more than {MAX_WEIGHTS_BYTES:,}")
+                with archive.open(info) as handle:
+                    payload = handle.read(MAX_WEIGHTS_BYTES + 1)
+                unpack_weights(payload, key, "weights")
+            except ValueError as error:
+                report.rejected.append((name, str(error)))
+                continue
+            found[key] = payload
+        return found

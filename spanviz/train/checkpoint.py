@@ -192,19 +192,22 @@ def restore(trainer: Trainer, ckpt: Checkpoint) -> None:
     trainer.history.update(saved.history)  # same dict object as trainer.record.history
     done = saved.status == "finished" and ckpt.step >= trainer.train_cfg.steps
     trainer.record.status = "finished" if done else "running"
-    trainer.record.environment["resumed_from"] = str(ckpt.path)
+    # which checkpoint, not where it lay: a run record holds no path of the machine
+    trainer.record.environment["resumed_from"] = {"checkpoint": Path(ckpt.path).name, "step": ckpt.step}
     if trainer.out_dir is not None and Path(ckpt.path).resolve() == (trainer.out_dir / "checkpoint.pt").resolve():
         trainer.last_checkpoint = ckpt.step
 
 
 def on_disk(trainer: Trainer) -> str:
-    """What the output folder holds, as a sentence starting with a space (empty without an out_dir)."""
+    """What the output folder holds, as a sentence starting with a space (empty without an out_dir). It names the
+    files, not the folder: the message goes into the run record, which holds no path of the machine (the command
+    line prints the folder)."""
     if trainer.out_dir is None:
         return ""
     if trainer.last_checkpoint is None:
-        return f" No checkpoint had been written yet; the history is in {trainer.out_dir / 'run.json'}."
+        return " No checkpoint had been written yet; the history is in run.json in the output folder."
     return (f" The last good checkpoint ({trainer.last_checkpoint} of {trainer.train_cfg.steps} updates) is "
-            f"{trainer.out_dir / 'checkpoint.pt'}; the history is in {trainer.out_dir / 'run.json'}.")
+            "checkpoint.pt in the output folder; the history is in run.json there.")
 
 
 def save_outputs(trainer: Trainer, *, checkpoint: bool) -> None:

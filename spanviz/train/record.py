@@ -16,7 +16,6 @@ import platform
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +24,7 @@ import torch
 from torch import Tensor
 
 from spanviz.files import atomic_write
+from spanviz.provenance import code_identity
 
 if TYPE_CHECKING:  # annotations only
     from spanviz.model import GPTConfig
@@ -97,7 +97,8 @@ class RunRecord:
         config: ``{"model": GPTConfig dict, "train": TrainConfig dict, "data": data.describe() (incl. the
             splits used), "probes": [describe_probe(...)], ...}`` plus any extra entries (e.g. ``variant``,
             ``seed``, ``tags`` from :func:`spanviz.experiments.run_grid`). The results store keys runs by it.
-        environment: torch / python / platform / spanviz versions, device and its name, threads, start time.
+        environment: torch / python / platform / spanviz versions, the git commit and source digest of the code
+            (:func:`environment`), device and its name, threads, start time.
         history: ``{key: list}``, all lists the same length, one entry per optimizer update (row); keys
             :data:`CORE_KEYS` plus probe keys; ``None`` = not measured at that update.
         status: "running", "finished", "stopped" (by request), "diverged" (non-finite numbers) or
@@ -240,11 +241,9 @@ def run_config(
 
 
 def environment(device: torch.device) -> dict[str, Any]:
-    """Where a run ran: versions, platform, device (name), CPU threads, start time (UTC, ISO 8601)."""
-    try:
-        spanviz_version = version("spanviz")
-    except Exception:  # noqa: BLE001 - not installed (e.g. run from a source tree)
-        spanviz_version = "unknown"
+    """Where and with which code a run ran: versions, the code's identity (:func:`spanviz.provenance.code_identity`:
+    spanviz version, git commit or "not a git checkout", ``git_dirty``, ``source_sha256``), platform, device (name),
+    CPU threads, start time (UTC, ISO 8601). No path of the machine."""
     if device.type == "cuda":
         device_name = torch.cuda.get_device_name(device)
     else:
@@ -253,7 +252,7 @@ def environment(device: torch.device) -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "torch": torch.__version__,
-        "spanviz": spanviz_version,
+        **code_identity(),
         "device": str(device),
         "device_name": device_name,
         "num_threads": torch.get_num_threads(),

@@ -37,7 +37,8 @@ class SpansPanel(Panel):
     with the next seed (the seed noise). Live: the α run's validation loss as a change in percent against
     standard with the seed-noise band (the two loss curves differ by a fraction of a percent and coincide on
     screen), the loss curves, and the energy share of dS by order at the picked layer in the α run
-    (``spans.SpanProbe`` every ``probe_every`` steps, on the standard and the α run).
+    (``spans.SpanProbe`` every ``probe_every`` steps, on the α run with its α and on the standard run with
+    kv8 [1000] whatever the sliders say, so that only the α run retrains when α or the preset change).
 
     Args:
         model_cfg: model for the analytic views and training (default: 2 layers, 4 heads, d_model 128,
@@ -147,13 +148,14 @@ class SpansPanel(Panel):
         base = replace(self.model_cfg, vocab_size=data.vocab_size, spans=None)
         train_cfg = self.train_cfg()
         cfg = SpanConfig(alphas=self.alphas, preset=self.controls["preset"].value)
-        # The same probe on both runs: on the standard run it says what this decomposition would see there.
-        probe = SpanProbe(every=self.probe_every, cfg=cfg)
         self._probe_label, self._trained_alphas = cfg.label(), cfg.alphas
         twin = replace(train_cfg, seed=train_cfg.seed + 1)
-        return [RunSpec("standard", base, train_cfg, (probe,)),
+        # The standard run's probe does not follow the sliders (cfg=None: what kv8 [1000] would see there), so its
+        # store key holds no α and no preset: changing them retrains the α run only, the standard runs replay.
+        return [RunSpec("standard", base, train_cfg, (SpanProbe(every=self.probe_every),)),
                 RunSpec(f"standard, seed {twin.seed}", base, twin),
-                RunSpec(cfg.label(), replace(base, spans=cfg), train_cfg, (probe,))]
+                RunSpec(cfg.label(), replace(base, spans=cfg), train_cfg,
+                        (SpanProbe(every=self.probe_every, cfg=cfg),))]
 
     def _delta(self, histories: Mapping[str, History]) -> dict[str, Any] | None:
         """Steps where all three runs were evaluated, Δ val loss (%) of the α run against standard, and the

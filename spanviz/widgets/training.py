@@ -17,10 +17,10 @@ import plotly.graph_objects as go
 
 from spanviz import plots
 from spanviz.data import load_tokens
-from spanviz.model import GPTConfig
+from spanviz.model import GPTConfig, TinyGPT
 from spanviz.runner import Job, Runner, TrainerLike
 from spanviz.settings import OFFLINE_SPLITS, resolve_data_source
-from spanviz.store import ResultsStore
+from spanviz.store import Found, ResultsStore, replay_note
 from spanviz.train import TrainConfig, Trainer, run_config
 from spanviz.widgets import captions
 from spanviz.widgets.figures import FigureView, use_static
@@ -117,9 +117,12 @@ class TrainingPanel:
         live: the live :class:`LiveView`s in the order shown; :data:`LOSS_VIEW` is put first unless listed.
         data: a ``spanviz.data.TokenData`` or ``fn() -> TokenData`` (called in the worker thread, once);
             default :func:`default_data`.
-        store: a ``spanviz.store.ResultsStore`` (``get(config)`` / ``put(record)``) — a configuration found
-            there is replayed at once instead of trained; completed runs are put there. None = no store;
+        store: a ``spanviz.store.ResultsStore`` (``find(config)`` or ``get(config)``, and ``put(record)``) — a
+            configuration found there is replayed at once instead of trained, also when it was trained on another
+            variant of the data (the status then says which); completed runs are put there. None = no store;
             "auto" = :func:`default_store` (the panels' default).
+        keep_weights: also store each completed run's final weights, so that :meth:`replayed_model` can give the
+            trained model after a replay (small models only: the tour's takes 2.9 MB).
         trainer_factory: ``fn(spec, data) -> trainer`` (default: ``spanviz.train.Trainer``).
         static: see :func:`use_static`. refresh_hz: live refresh rate (default 4 Hz).
         threads: torch intra-op threads while training (default :data:`TRAIN_THREADS`; None = leave torch's).
@@ -129,9 +132,11 @@ class TrainingPanel:
 
     Attributes:
         widget: the VBox to display. controls: ``start``, ``resume``, ``stop`` buttons, ``progress``.
-        status: HTML line. error: HTML area that shows a run's exception and traceback.
+        status: HTML line (for a replay: the runs, steps, devices and — when not the student's — data, see
+        :func:`spanviz.store.replay_note`). error: HTML area that shows a run's exception and traceback.
         views: name → :class:`FigureView`. captions: name → the HTML under a live figure whose view has a
         caption. runner: the :class:`spanviz.runner.Runner`.
+        found: label → the :class:`spanviz.store.Found` the last Train replayed (record, key, data differences).
     """
 
     def __init__(
@@ -145,8 +150,11 @@ class TrainingPanel:
         static: bool | None = None,
         refresh_hz: float = 4.0,
         threads: int | None = TRAIN_THREADS,
+        keep_weights: bool = False,
     ) -> None:
         self.specs, self.store, self.static = specs, _resolve_store(store), use_static(static)
+        self.keep_weights = bool(keep_weights)
+        self.found: dict[str, Found] = {}  # label → the stored run the last Train replayed
         self._data = data
         self.trainer_factory = trainer_factory or _default_trainer_factory
         self.live = list(live) if LOSS_VIEW in live else [LOSS_VIEW, *live]
@@ -202,12 +210,20 @@ class TrainingPanel:
         """The results-store key of a run: ``spanviz.train.run_config`` (model, train, data, probes)."""
         return run_config(spec.model_cfg, spec.train_cfg, self.data(), spec.probes)
 
+    def _lookup(self, spec: RunSpec) -> Any:
+        """The store's answer for a spec: a :class:`~spanviz.store.Found` (``find``), a record (a store with
+        ``get`` only), or None."""
+        config = self._store_config(spec)
+        find = getattr(self.store, "find", None)
+        return find(config) if callable(find) else self.store.get(config)
+
     def _jobs(self, specs: Sequence[RunSpec]) -> list[Job]:
-        jobs = []
+        jobs, self.found = [], {}
         for spec in specs:
-            stored = None
-            if self.store is not None:
-                stored = self.store.get(self._store_config(spec))
+            stored = self._lookup(spec) if self.store is not None else None
+            if isinstance(stored, Found):
+                self.found[spec.label] = stored
+                stored = stored.record
             if stored is not None:
                 history = stored.history if hasattr(stored, "history") else stored["history"]
                 jobs.append(Job(spec.label, replay=history))
@@ -219,9 +235,33 @@ class TrainingPanel:
             on_complete = None
             if self.store is not None:
                 def on_complete(trainer: Any, spec: RunSpec = spec) -> None:
-                    self.store.put(trainer.record)
+                    if self.keep_weights:
+                        self.store.put(trainer.record, weights=trainer.model.state_dict())
+                    else:
+                        self.store.put(trainer.record)
             jobs.append(Job(spec.label, steps=spec.train_cfg.steps, make_trainer=make, on_complete=on_complete))
         return jobs
+
+    def replayed_model(self, label: str) -> TinyGPT | None:
+        """The final model of the run ``label`` when the last Train replayed it and the store kept its weights
+        (see ``keep_weights``; stored in float16, given back in float32, on the CPU, in eval mode); else None
+        (it trained here: read the trainer's model instead).
+
+        Raises:
+            ValueError: the kept weights do not fit the run's model configuration.
+        """
+        found = self.found.get(label)
+        if found is None or label not in self.runner.replayed or not hasattr(self.store, "weights"):
+            return None
+        state = self.store.weights(found.key)
+        if state is None:
+            return None
+        model = TinyGPT(GPTConfig.from_dict(found.record.config["model"]))
+        try:
+            model.load_state_dict(state)
+        except RuntimeError as error:
+            raise ValueError(f"the weights kept for {label!r} do not fit its model: {str(error)[:200]}") from None
+        return model.eval()
 
     # --------------------------------------------------------------------------------------- control
     def train(self, blocking: bool | None = None) -> Runner:
@@ -336,12 +376,21 @@ class TrainingPanel:
         return ", ".join(f"{label} {r.steps_done[label]}/{steps}" for label, steps in r.steps_planned.items())
 
     def _replay_note(self) -> str:
+        """What the last Train replayed: the runs, their steps, devices and — when not the student's — data."""
         r = self.runner
         if not r.replayed:
             return ""
-        rows = {len(r.histories[label].get("step", [])) for label in r.replayed}
+        found = {label: self.found[label] for label in r.replayed if label in self.found}
+        if len(found) == len(r.replayed):
+            return replay_note(found)
+        rows = {len(r.histories[label].get("step", [])) for label in r.replayed}  # a store with get() only
         steps = f" ({rows.pop()} steps{' each' * (len(r.replayed) > 1)})" if len(rows) == 1 else ""
         return f"replayed from the store: {', '.join(r.replayed)}{steps}"
+
+    @property
+    def replay_note(self) -> str:
+        """The status line's account of the last replay (runs, steps, devices, data when not yours), or ""."""
+        return self._replay_note()
 
     def _on_update(self, runner: Runner) -> None:
         self.refresh()
