@@ -1,6 +1,6 @@
 """Where the GPU time goes: profiles behind the LS and span-scaling figures of ``docs/gpu.md`` (CUDA only).
 
-Three parts, each printed as text and written to one JSON file (``--out``):
+Four parts, each printed as text and written to one JSON file (``--out``):
 
 1. ``wrapper`` — the library's FlexAttention call against the same compiled kernel called directly (dense causal
    mask, the paper's shape, bf16): host microseconds per call (launch rate: calls issued back to back, no
@@ -13,6 +13,9 @@ Three parts, each printed as text and written to one JSON file (``--out``):
    wall time, so the ceiling of the whole-model ratio can be read off: LS can save at most the attention share.
 3. ``spans`` — one fp32 train step at T 1024, d_head 64 (the ``long`` config of ``spanviz bench``'s spans
    section) for standard (fused), kv8 [1000] and qk4 [1000]: the top operators by device time.
+
+4. ``curve`` — P4 (LS / dense causal, forward+backward) over T 2048-8192 and d_head 32, 64, through the model's
+   path and with every head on one FlexAttention call; written point by point.
 
 Run on a GPU machine: ``python scripts/gpu_profile.py --out gpu_profile.json``. Source: spanviz.
 """
@@ -31,7 +34,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 from spanviz import local_global
-from spanviz.bench.ls import MODEL_SHAPE, PAPER_SHAPE
+from spanviz.bench.ls import MODEL_SHAPE, PAPER_SHAPE, mask_shares
 from spanviz.bench.spans import LONG_BATCH, LONG_CONFIG
 from spanviz.model import GPTConfig, TinyGPT
 from spanviz.spans import SpanConfig
@@ -225,15 +228,82 @@ def part_spans() -> dict:
     return out
 
 
+def events_ms(fns: dict[str, Callable[[], object]], calls: int = 20, rounds: int = 3) -> dict[str, float]:
+    """Median GPU ms per call of each function: ``rounds`` interleaved rounds (order reversed every other round)
+    of ``calls`` back-to-back calls timed by CUDA events, after 3 warm-up calls each (the first compiles)."""
+    for fn in fns.values():
+        for _ in range(3):
+            fn()
+    torch.cuda.synchronize()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for r in range(rounds):
+        for name in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(calls):
+                fns[name]()
+            end.record()
+            torch.cuda.synchronize()
+            times[name].append(start.elapsed_time(end) / calls)
+    return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+
+
+def part_curve(out_file: Path | None = None, result: dict | None = None) -> dict:
+    """P4 over T (2048, 4096, 8192) and d_head (32, 64), forward+backward, bf16, batch × T = 32768 tokens:
+    LS through the model's path (``local_global.flex_attention``: global heads on SDPA, local heads on the
+    band) and LS with every head on one FlexAttention call over the whole LS mask, over dense causal SDPA.
+    The JSON is rewritten after each point, so a time limit keeps the points measured."""
+    n_head, n_local, window = PAPER_SHAPE["n_head"], PAPER_SHAPE["n_local"], PAPER_SHAPE["window"]
+    ls_mod = local_global.head_mask_mod(n_local, window)
+    compiled = local_global.compiled_flex()
+    out: dict = {"config": {"n_head": n_head, "n_local": n_local, "window": window, "tokens_per_batch": 32768,
+                            "dtype": "bfloat16", "pass": "forward_backward", "timing": "CUDA events, median of 3 "
+                            "interleaved rounds of 20 calls"}, "points": []}
+    for d_head in (32, 64):
+        for T in (2048, 4096, 8192):
+            B = 32768 // T
+            g = torch.Generator().manual_seed(0)
+            q, k, v, grad = (torch.randn(B, n_head, T, d_head, generator=g).to("cuda", torch.bfloat16)
+                             for _ in range(4))
+            q, k, v = (t.requires_grad_() for t in (q, k, v))
+            ls_mask = local_global.block_mask(ls_mod, n_head, T, q.device)
+            attn = {"dense_causal_sdpa": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                    "ls_model_path": lambda: local_global.flex_attention(q, k, v, ls_mod),
+                    "ls_all_heads_one_flex": lambda: compiled(q, k, v, block_mask=ls_mask)}
+
+            def fwd_bwd(fn):
+                def run() -> None:
+                    for t in (q, k, v):
+                        t.grad = None
+                    fn().backward(grad)
+                return run
+
+            ms = events_ms({name: fwd_bwd(fn) for name, fn in attn.items()})
+            point = {"T": T, "d_head": d_head, "batch": B, "ms": ms,
+                     "ratio_vs_dense": {n: ms[n] / ms["dense_causal_sdpa"] for n in ms},
+                     "mask_shares": mask_shares(T, n_head, n_local, window)}
+            out["points"].append(point)
+            print(f"curve T {T} d_head {d_head}: " + ", ".join(f"{n} {m:.3f} ms ({m / ms['dense_causal_sdpa']:.2f})"
+                                                            for n, m in ms.items()), flush=True)
+            if out_file is not None and result is not None:
+                result["curve"] = out
+                with contextlib.suppress(OSError):
+                    out_file.write_text(json.dumps(result, indent=1, default=str))
+            del q, k, v, grad
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="JSON file for the three parts")
-    parser.add_argument("--parts", nargs="*", default=["wrapper", "model", "spans"])
+    parser.add_argument("--parts", nargs="*", default=["wrapper", "model", "spans", "curve"],
+                        choices=["wrapper", "model", "spans", "curve"])
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU")
     result: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
-    parts = {"wrapper": part_wrapper, "model": part_model, "spans": part_spans}
+    parts = {"wrapper": part_wrapper, "model": part_model, "spans": part_spans,
+             "curve": lambda: part_curve(args.out, result)}
     for name in args.parts:
         try:
             result[name] = parts[name]()
