@@ -51,34 +51,40 @@ from spanviz.spans.core import SpanProjector, _compute_dtype, _no_autocast, _rid
 Attend = Callable[[Tensor, Tensor, Tensor], Tensor]
 """``attend(q, k, v) -> y``: the model's fused attention, (B, H, T, d_head) → (B, H, T, d_v)."""
 
-CHUNK_ELEMENTS = {"cpu": 2**21, "default": 2**25}
-"""Elements of one (B, H, rows, keys) float32 tensor of the backward, per device type: about 8 MB on a CPU
-(measured fastest on a 2-core machine at T 512-1024), 128 MB on an accelerator (fewer, larger kernels)."""
+CHUNK_ELEMENTS = {"cpu": 2**20, "default": 2**24}
+"""Elements of one (b, H, rows, keys) float32 tensor of the backward, per device type: 4 MB on a CPU (tiles
+from 1 to 16 batch elements timed alike on a 2-core machine at T 512), 64 MB on an accelerator (fewer, larger
+kernels; the whole (B, H, T, T) only when it is that small)."""
 
 
 # --------------------------------------------------------------------------------------- the projector
 
 def _projector(X: Tensor, ridge: float) -> Callable[[Tensor], Tensor]:
     """M ↦ Π_X M for M (..., T, m): :class:`~spanviz.spans.core.SpanProjector`'s projector (same ridge), as
-    X (XᵀX + λI)⁻¹ (Xᵀ M) — for the (T, d) matrices of the fast path that is cheaper than forming X⁺ (d×T).
+    X (G⁻¹ (Xᵀ M)) with G = XᵀX + λI — for the (T, d) matrices of the fast path that is cheaper than forming X⁺
+    (d×T), and it is two matrix products in the input dtype plus one d×d product.
 
-    The d×d Gram is factored in float64 (float32 on MPS, which has no float64): its condition number is at
-    most about d/ε (the ridge), far below float64's 1/eps, so the Cholesky cannot fail for a finite X ≠ 0 —
-    where the definition in float32 may fall back on ``pinv`` — and X = 0 gets Π = 0 from a tiny floor on the
-    diagonal. No branch, no host synchronisation. For T ≤ d the definition's own projector runs (Π = I for
-    full-rank X; its rank check synchronises on an accelerator — a teaching-sized case).
+    G⁻¹ is formed once, in float64 (float32 on MPS, which has no float64), from its Cholesky factor: cond(G) is
+    at most about d/ε (the ridge), far below float64's 1/eps, so the factorisation cannot fail for a finite
+    X ≠ 0 — where the definition in float32 may fall back on ``pinv`` — and X = 0 gets Π = 0 from a tiny floor on
+    the diagonal. No branch, no host synchronisation, no batched ``cholesky_solve`` (slow on a GPU). For T ≤ d
+    the definition's own projector runs (Π = I for full-rank X; its rank check synchronises on an accelerator —
+    a teaching-sized case).
     """
     T, d = X.shape[-2:]
     if T <= d:
         return SpanProjector(X, ridge, X.dtype).left
     wide = torch.float32 if X.device.type == "mps" else torch.float64
     gram = _ridge_gram(X, ridge).to(wide)  # (..., d, d)
-    gram.diagonal(dim1=-2, dim2=-1).add_(torch.finfo(wide).tiny ** 0.5)  # X = 0: L = floor·I, Π M = 0
-    chol = torch.linalg.cholesky_ex(gram)[0]  # XᵀX + λI = L Lᵀ
+    gram.diagonal(dim1=-2, dim2=-1).add_(torch.finfo(wide).tiny ** 0.5)  # X = 0: G = floor·I, Π M = 0
+    chol = torch.linalg.cholesky_ex(gram)[0]  # G = L Lᵀ
+    eye = torch.eye(d, dtype=wide, device=X.device)
+    L_inv = torch.linalg.solve_triangular(chol, eye, upper=False)  # (..., d, d)
+    G_inv = L_inv.mT @ L_inv  # G⁻¹ = L⁻ᵀ L⁻¹
 
     def left(M: Tensor) -> Tensor:
-        # Π_X M = X (L Lᵀ)⁻¹ (Xᵀ M)
-        return X @ torch.cholesky_solve((X.mT @ M).to(wide), chol).to(X.dtype)
+        # Π_X M = X (G⁻¹ (Xᵀ M))
+        return X @ (G_inv @ (X.mT @ M).to(wide)).to(X.dtype)
 
     return left
 
@@ -177,12 +183,18 @@ def _plan(cfg: SpanConfig, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Ten
 
 # ---------------------------------------------------------------------------- the chunked backward
 
+TILE_ROWS = 256
+"""Query rows per tile at most: the keys of a tile end at its last row (causal), so shorter tiles skip more of the
+masked upper triangle: ½ + ½·rows/T of the full T×T square is computed (flash attention's tiles do the same)."""
+
+
 def _tiles(shape: torch.Size, device: torch.device) -> tuple[int, int]:
-    """(batch elements, query rows) per tile, so that one (b, H, rows, T) float32 tensor of the backward holds
-    about :data:`CHUNK_ELEMENTS` (small tiles stay in a CPU core's cache; large ones make fewer kernels)."""
+    """(batch elements, query rows) per tile: at most :data:`TILE_ROWS` rows, as many batch elements as keep one
+    (b, H, rows, T) float32 tensor of the backward within :data:`CHUNK_ELEMENTS` (fewer rows when one batch
+    element alone is over: a long T)."""
     B, H, T = shape[0], shape[1], shape[-2]
     budget = CHUNK_ELEMENTS.get(device.type, CHUNK_ELEMENTS["default"])
-    rows = max(16, min(T, budget // (H * T)))
+    rows = min(T, TILE_ROWS, max(16, budget // (H * T)))
     return max(1, min(B, budget // (H * rows * T))), rows
 
 
