@@ -467,6 +467,20 @@ def test_fast_path_gradients_equal_the_definition(cfg, monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=lambda m, n=name: f"d{n}: {m}")
 
 
+@pytest.mark.parametrize("side", spans.QK_SIDES)
+def test_qk4_training_hook_equals_the_closed_form_definition(side):
+    """What the model installs for qk4 (the fast path's sync-free projector) equals scale_qk_grad."""
+    from spanviz.spans import fused
+
+    cfg = SpanConfig(alphas=[1.0, 0.3, 0.0, 0.0], preset="qk4")
+    g = torch.Generator().manual_seed(4)
+    grad, x = (torch.randn(2, 3, 40, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    want = spans.scale_qk_grad(grad, x, cfg, side)
+    _, qk_grad_fn = spans.build_grad_fns(cfg)
+    torch.testing.assert_close(qk_grad_fn(grad, x, side), want, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(fused.qk_transform(1.0, 0.3, cfg.ridge, grad, torch.zeros_like(x)), 0.3 * grad)  # X = 0
+
+
 @pytest.mark.parametrize("preset", ["kv8", "qkv8"])
 @pytest.mark.parametrize("alphas", ["1000", "1100", "1110", [0.3, -1.0, 2.0, 0.5]])
 def test_model_fast_path_equals_the_explicit_definition(preset, alphas):

@@ -260,6 +260,19 @@ class _SpanAttention(torch.autograd.Function):
             return (dQ.mul_(scale).to(q.dtype), dK.mul_(scale).to(k.dtype), dV.to(v.dtype), None, None, None)
 
 
+def qk_transform(alpha_par: float, alpha_perp: float, ridge: float, grad: Tensor, x: Tensor) -> Tensor:
+    """qk4's closed form g' = α_par Π_X g + α_perp Π_X^⊥ g (:func:`spanviz.spans.scale_qk_grad`) with this file's
+    projector: the hook the model trains with, free of host synchronisation (for T > d_head). grad, x
+    (..., T, d_head); computed in float32 (float64 for float64 input), returned in grad's dtype."""
+    if alpha_par == alpha_perp:
+        return grad if alpha_par == 1 else alpha_par * grad
+    with torch.no_grad(), _no_autocast(grad.device):
+        g = grad.to(_compute_dtype(grad.dtype)).contiguous()  # (..., T, d_head)
+        # g' = α_perp g + (α_par − α_perp) Π_X g
+        out = alpha_perp * g + (alpha_par - alpha_perp) * _projector(x.detach().to(g.dtype).contiguous(), ridge)(g)
+        return out.to(grad.dtype)
+
+
 class _ScaleGrad(torch.autograd.Function):
     """Identity forward; multiplies the gradient by a constant in backward."""
 

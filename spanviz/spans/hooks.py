@@ -22,8 +22,8 @@ from collections.abc import Callable
 from torch import Tensor
 
 from spanviz.spans.config import SpanConfig
-from spanviz.spans.core import QK_SIDES, _qk4_alphas, _qk_transform, _score_transform
-from spanviz.spans.fused import Attend, span_attention
+from spanviz.spans.core import QK_SIDES, _qk4_alphas, _score_transform
+from spanviz.spans.fused import Attend, qk_transform, span_attention
 
 ScoreGradFn = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 """``fn(dS, q, k, v) -> dS'``: dS (B, H, T, T) the gradient of the pre-mask scores, q, k, v (B, H, T, d_head)."""
@@ -61,7 +61,8 @@ def build_grad_fns(cfg: SpanConfig) -> tuple[ScoreGradFn | None, QKGradFn | None
         v (B, H, T, d_head) detached, whose ``attention`` method is the fast path the model trains with.
         (None, qk_grad_fn) for qk4: ``qk_grad_fn(grad, x, side) -> grad'`` applied to ∂L/∂q with x = q,
         side "q", and to ∂L/∂k with x = k, side "k" (the closed form :func:`scale_qk_grad`; works with
-        fused attention, for order α and for ``block_alphas`` alike).
+        fused attention, for order α and for ``block_alphas`` alike; with the fast path's projector,
+        :func:`spanviz.spans.fused.qk_transform`).
         The hooks are installed even when every α is 1 (they then return the gradient unchanged).
     Raises:
         ValueError: cfg is not a SpanConfig.
@@ -74,7 +75,7 @@ def build_grad_fns(cfg: SpanConfig) -> tuple[ScoreGradFn | None, QKGradFn | None
 
         def qk_grad_fn(grad: Tensor, x: Tensor, side: str) -> Tensor:
             alpha_par, alpha_perp = pairs[side]
-            return _qk_transform(alpha_par, alpha_perp, cfg.ridge, grad, x)
+            return qk_transform(alpha_par, alpha_perp, cfg.ridge, grad, x)
 
         return None, qk_grad_fn
 
