@@ -42,7 +42,10 @@ function rescale(model, state) {
   const data = figure.get("_data").slice();
   cells.z.forEach((spec, i) => {
     const a = alphas[cells.orders[i]];
-    const z = a === 0 ? state.base.z[i] : state.base.z[i].map((v) => a * v);
+    // float32 × float32(α), rounded once to float32: the kernel's numpy product bit for bit, so the figure's
+    // decoder sees the unchanged blocks' bytes unchanged and plotly redraws only the blocks whose α moved
+    const fa = Math.fround(a);
+    const z = a === 0 || a === 1 ? state.base.z[i] : state.base.z[i].map((v) => v * fa);
     data[i] = { ...data[i], z: { dtype: "float32", shape: spec.shape, buffer: new DataView(z.buffer) },
                 opacity: a === 0 ? dim : 1 };
   });
