@@ -151,13 +151,20 @@ class PlotlyFigure(anywidget.AnyWidget):
     def revision(self) -> int:
         return self._revision
 
-    def show(self, data: Sequence[Mapping[str, Any]], layout: Mapping[str, Any] | None = None) -> None:
-        """Replace the traces (and the layout, when given) in one message; views redraw with Plotly.react."""
+    def show(self, data: Sequence[Mapping[str, Any]], layout: Mapping[str, Any] | None = None,
+             redraw: bool = True) -> None:
+        """Replace the traces (and the layout, when given) in one message; views redraw with Plotly.react.
+
+        ``redraw=False`` changes the state without a new revision: views that exist do not redraw (the page drew
+        the same figure already, e.g. :class:`spanviz.widgets.block_scaler.BlockScaler`'s α rescaling), views
+        made later draw it.
+        """
         with self.hold_sync():
             self._data = [dict(t) for t in data]
             if layout is not None:
                 self._layout = dict(layout)
-            self._revision += 1
+            if redraw:
+                self._revision += 1
 
     def show_figure(self, fig: go.Figure) -> None:
         """Show another figure (new traces and layout) in this same widget."""

@@ -11,7 +11,8 @@ is the one attention implementation of spanviz:
   ``hook_attn_scores``, ``hook_pattern``), so probes can read them and interventions can replace them;
 * :func:`fused_attention` calls ``scaled_dot_product_attention`` (or FlexAttention on CUDA for local/global
   heads) and never materialises the T×T matrices. It runs whenever nothing needs the explicit tensors (no
-  hook registered, no score-gradient transform, backend not forced).
+  hook registered, no score-gradient transform without a fast path, no attention dropout under a score
+  transform while training, backend not forced).
 
 How the techniques plug in: the model imports their *core* files only — their settings are fields of
 :class:`GPTConfig` (so a run's store key holds them), and each layer builds its plug-in slots from them:
@@ -19,8 +20,9 @@ How the techniques plug in: the model imports their *core* files only — their 
 * **per-head masks** (LS-attention, arXiv 2505.15548): ``n_local`` / ``window`` → a mask predicate and its cached
   masks from :mod:`spanviz.local_global.core`; FlexAttention from :mod:`spanviz.local_global.flex`;
 * **score-gradient transforms** (span / violation scaling, arXiv 2512.13033): ``spans`` →
-  :func:`spanviz.spans.build_grad_fns`, applied to ∂L/∂S of the pre-mask scores (explicit path) or to ∂L/∂Q and
-  ∂L/∂K (fused path);
+  :func:`spanviz.spans.build_grad_fns`, applied to ∂L/∂S of the pre-mask scores (explicit path: the definition),
+  inside the backward of the fused path (:mod:`spanviz.spans.fused`: the same gradients, no T×T tensor kept), or
+  to ∂L/∂Q and ∂L/∂K (qk4's closed form, fused path);
 * **probes** (logit growth, FP8 bounds) live in the technique packages and read the hook points and
   :meth:`Attention.qk_weights`; the model imports none of them.
 
@@ -42,6 +44,7 @@ from torch import Tensor, nn
 from spanviz.hook_points import HookedRootModule, HookPoint
 from spanviz.local_global.config import check_head_split
 from spanviz.local_global.core import MaskMod, additive_mask, causal_mask, dense_mask_cached, head_mask_mod
+from spanviz.lm_loss import lm_cross_entropy
 from spanviz.local_global.flex import flex_attention, flex_available
 from spanviz.spans.config import SpanConfig
 from spanviz.spans.hooks import build_grad_fns
@@ -228,7 +231,11 @@ class Attention(nn.Module):
     Plug-in slots (set from the config, replaceable at run time, e.g. through :meth:`TinyGPT.set_span_scaling`):
         mask_mod: predicate (b, h, q_idx, kv_idx) → bool tensor, True where key kv_idx may be attended.
         score_grad_fn: (dS, q, k, v) → dS', applied to the gradient of the pre-mask scores (B, H, T, T);
-            q, k, v (B, H, T, d_head) are detached. Forces the explicit path while gradients are on.
+            q, k, v (B, H, T, d_head) are detached. The definition runs on the explicit path; a transform with
+            an ``attention(q, k, v, attend, mask)`` method (:class:`spanviz.spans.ScoreTransform`) has a fast
+            path that keeps the fused forward and applies the same transform in the backward — taken unless a
+            hook needs the explicit tensors or attention dropout is on while training. A plain function
+            forces the explicit path while gradients are on.
         qk_grad_fn: (grad, x, side) → grad', applied to ∂L/∂q with x = q, side "q", and to ∂L/∂k with x = k,
             side "k" (B, H, T, d_head).
     """
@@ -260,12 +267,18 @@ class Attention(nn.Module):
         return dense_mask_cached(self.mask_mod, self.n_head, T, device)
 
     def needs_explicit(self, grad_enabled: bool) -> bool:
-        """True when this call must go through the explicit path (hooks, forced backend, score transform)."""
+        """True when this call must go through the explicit path (hooks, forced backend, a score transform
+        without a fast path or with attention dropout while training)."""
         if self.backend == "explicit":
             return True
-        if self.score_grad_fn is not None and grad_enabled:
+        if self.score_grad_fn is not None and grad_enabled and not self._fast_score_transform():
             return True
         return any(getattr(self, name).active for name in ("hook_attn_scores", "hook_pattern"))
+
+    def _fast_score_transform(self) -> bool:
+        """Whether ``score_grad_fn`` can run as its fused fast path here (it has one, and no dropout on P:
+        the fast path recomputes P in backward and cannot replay a dropout draw)."""
+        return hasattr(self.score_grad_fn, "attention") and not (self.training and self.dropout > 0)
 
     def qk_weights(self) -> tuple[Tensor, Tensor | None, Tensor, Tensor | None]:
         """Per-head query/key weights as used in ``q_h = x @ W_Q[h] + b_Q[h]`` (x = LayerNorm output).
@@ -282,6 +295,10 @@ class Attention(nn.Module):
         bq, bk = (None if b is None else b.view(H, dh) for b in (self.W_Q.bias, self.W_K.bias))  # (H, d_head)
         return wq, bq, wk, bk
 
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """The fused attention of this layer without dropout (the forward of a score transform's fast path)."""
+        return fused_attention(q, k, v, self.mask_mod, backend=self.backend)
+
     def forward(self, x: Tensor) -> Tensor:
         B, T, d = x.shape
         H, dh = self.n_head, self.d_head
@@ -295,10 +312,14 @@ class Attention(nn.Module):
             fn, q_ref, k_ref = self.qk_grad_fn, q.detach(), k.detach()
             q.register_hook(lambda g: fn(g, q_ref, "q"))
             k.register_hook(lambda g: fn(g, k_ref, "k"))
-        if self.needs_explicit(torch.is_grad_enabled()):  # manual attention, every intermediate hooked
+        grad_enabled = torch.is_grad_enabled()
+        if self.needs_explicit(grad_enabled):  # manual attention, every intermediate hooked
             y = explicit_attention(q, k, v, self.mask_mod, hook_scores=self.hook_attn_scores,
                                    hook_pattern=self.hook_pattern, score_grad_fn=self.score_grad_fn,
                                    dropout=self.attn_drop)  # (B, H, T, d_head)
+        elif self.score_grad_fn is not None and grad_enabled:  # the same transform's fast path: fused forward
+            mask = additive_mask(self.mask_mod, H, T, q.device, torch.float32)  # (H, T, T), for the backward
+            y = self.score_grad_fn.attention(q, k, v, self._attend, mask)  # (B, H, T, d_head)
         else:  # efficient attention using fused kernels
             p = self.dropout if self.training else 0.0
             y = fused_attention(q, k, v, self.mask_mod, dropout_p=p, backend=self.backend)  # (B, H, T, d_head)
@@ -342,6 +363,9 @@ class TinyGPT(HookedRootModule):
 
     Call: ``logits, loss = model(idx, targets)`` with idx, targets (B, T) long, T <= context_length;
     logits (B, T, V) float; loss is the mean cross-entropy in nats (None without targets).
+    ``_, loss = model(idx, targets, return_logits=False)`` gives the same loss (to fp32 rounding) without ever
+    holding the (B·T, V) logits: lm_head and cross-entropy a chunk of rows at a time
+    (:func:`spanviz.lm_loss.lm_cross_entropy`) — what training and evaluation use.
 
     Raises:
         ValueError: when idx is not 2-D or T exceeds ``cfg.context_length``.
@@ -387,7 +411,8 @@ class TinyGPT(HookedRootModule):
             if span_cfg is not None and span_cfg.applies_to(attn.layer):
                 attn.score_grad_fn, attn.qk_grad_fn = build_grad_fns(span_cfg)
 
-    def forward(self, idx: Tensor, targets: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+    def forward(self, idx: Tensor, targets: Tensor | None = None, *,
+                return_logits: bool = True) -> tuple[Tensor | None, Tensor | None]:
         if idx.dim() != 2:
             raise ValueError(f"idx must have shape (B, T), got {tuple(idx.shape)}")
         T = idx.size(1)
@@ -397,7 +422,10 @@ class TinyGPT(HookedRootModule):
         x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, d_model)
         for block in self.blocks:
             x = block(x)
-        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
+        h = self.ln_f(x)  # (B, T, d_model)
+        if targets is not None and not return_logits:  # the loss alone: never all (B·T, V) logits at once
+            return None, lm_cross_entropy(h.flatten(0, 1), self.lm_head.weight, targets.flatten())
+        logits = self.lm_head(h)  # (B, T, V)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
+import numpy as np
+import torch
+
+from spanviz import bench
+from spanviz.bench import core, widgets
 from spanviz.bench.notebooks import bench_notebooks, notebook_runs
-from spanviz.bench.spans import bench_spans
+from spanviz.bench.spans import bench_growth, bench_spans, growth_table, peak_rss
 
 
 def test_bench_notebooks_reports_every_notebook_run():
@@ -36,7 +42,83 @@ def test_bench_spans_structure_on_cpu():
     json.dumps(res)
     assert set(res["step_ms"]) == {"standard_fused", "standard_explicit", "kv8_1000", "qk4_1000"}  # no compile on CPU
     ms = res["step_ms"]
-    assert res["ratios"]["kv8_over_fused"] == pytest.approx(ms["kv8_1000"] / ms["standard_fused"])
+    assert res["ratios"]["kv8_over_fused"] == pytest.approx(ms["kv8_1000"]["median"] / ms["standard_fused"]["median"])
+    detail = res["ratio_detail"]["kv8_over_fused"]
+    assert detail["median"] == res["ratios"]["kv8_over_fused"]
+    assert detail["wall_median"] == pytest.approx(ms["kv8_1000"]["wall_median"] / ms["standard_fused"]["wall_median"])
+    assert res["timing"]["clock"].startswith("thread CPU time, 1 torch thread") and res["threads"] == 1
     assert set(res["meets_targets"]) == {"kv8_over_fused", "qk4_over_fused"}
     with pytest.raises(ValueError, match="config"):
         bench_spans("cpu", config="huge")
+
+
+def test_measure_interleaves_reverses_and_times_one_thread():
+    """The bench's one timing function: round-robin, order reversed every other round, warm-up rounds untimed,
+    one torch thread while timing (restored after), a value per timed round on both clocks."""
+    calls, threads = [], []
+
+    def step(name):
+        def run():
+            calls.append(name)
+            threads.append(torch.get_num_threads())
+        return run
+
+    before = torch.get_num_threads()
+    t = core.measure({"a": step("a"), "b": step("b"), "c": step("c")}, repeats=3, warmup=1)
+    assert calls == list("abc" "cba" "abc" "cba") and set(threads) == {1}
+    assert torch.get_num_threads() == before
+    assert all(len(v) == 3 for v in (*t.cpu.values(), *t.wall.values()))
+    r = t.ratio("a", "b")
+    assert r["median"] == pytest.approx(np.median(t.cpu["a"]) / np.median(t.cpu["b"]))
+    assert r["min"] == pytest.approx(min(t.cpu["a"]) / min(t.cpu["b"])) and "wall_median" in r
+    calls.clear()
+    core.measure({"a": step("a"), "b": step("b")}, repeats=1, warmup=0, warm_each=True)
+    assert calls == ["a", "a", "b", "b"]  # an untimed call right before each timed one
+
+
+def test_bench_writes_each_section_as_it_finishes_and_starts_no_browser_unless_asked(monkeypatch, tmp_path):
+    """`spanviz bench --out FILE`: the file holds every finished section while later ones run; the widget section
+    starts JupyterLab and Chromium only with --browser."""
+    seen = []
+
+    def first(quick: bool = False) -> dict:
+        return {"value": 1, "quick": quick}
+
+    def second() -> dict:
+        seen.append(json.loads((tmp_path / "bench.json").read_text()))  # the first section is on disk already
+        return {"value": 2}
+
+    monkeypatch.setitem(bench.SECTIONS, "first", ("test_bench", "first"))
+    monkeypatch.setitem(bench.SECTIONS, "second", ("test_bench", "second"))
+    monkeypatch.setitem(sys.modules, "test_bench", sys.modules[__name__])
+    globals().update(first=first, second=second)
+
+    def write(name, results):
+        (tmp_path / "bench.json").write_text(json.dumps(results))
+
+    results = bench.run_benchmarks(only="first,second", device="cpu", quick=True, on_section=write)
+    assert seen and seen[0]["first"]["value"] == 1 and "second" not in seen[0]
+    assert results["second"]["value"] == 2 and results["first"]["quick"] is True
+    assert json.loads((tmp_path / "bench.json").read_text())["second"]["value"] == 2
+
+    def no_browser(*args, **kwargs):
+        raise AssertionError("a browser was started without --browser")
+
+    monkeypatch.setattr(widgets, "bench_browser", no_browser)
+    monkeypatch.setattr(widgets, "bench_sliders", lambda repeats: {})
+    monkeypatch.setattr(widgets, "bench_dashboard", lambda **kw: {})
+    assert "skipped" in widgets.bench_widgets(quick=True)["browser"]
+
+
+def test_bench_growth_reports_time_and_p1_per_context_and_a_fresh_process_peak_rss():
+    res = bench_growth(contexts=(16, 32), repeats=1, rss=False)
+    json.dumps(res)
+    assert set(res["T"]) == {16, 32} and set(res["p1"]) == {16, 32} and "skipped" in res["peak_rss_mb"]
+    for T, row in res["T"].items():
+        assert set(row["step_ms"]) == {"standard_fused", "standard_explicit", "kv8_1000", "qk4_1000"}
+        assert row["ratios"]["kv8_over_fused"] == res["p1"][T]
+    res["T"][16]["peak_rss_mb"] = {"standard_fused": 500.0}
+    table = growth_table(res)
+    assert table.count("\n") == 3 and table.splitlines()[2].startswith("| 16 |") and " 500 |" in table
+    small, large = peak_rss("standard_explicit", (16, 256)).values()
+    assert 50 < small < large  # a torch process; the explicit path's (B, H, T, T) tensors grow with T

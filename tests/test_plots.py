@@ -77,11 +77,21 @@ def test_span_blocks_figure_grid_scaling_and_norms():
     assert len(fig.data) == 8 + 2
     heat = fig.data[:8]
     for b, trace in zip(blocks, heat):
-        np.testing.assert_allclose(trace.z, alphas[b["order"]] * b["block"])
-    # one row per order: S1 alone in row 1, S8 alone in the last row; S2..S4 share a row (same y axis domain)
-    y_domain = {t.name: tuple(fig.layout[t.yaxis.replace("y", "yaxis")].domain) for t in heat}
-    assert y_domain["S2"] == y_domain["S3"] == y_domain["S4"] != y_domain["S1"]
-    assert len(set(y_domain.values())) == 4
+        a = alphas[b["order"]]
+        if a == 0:  # removed from the gradient: the unscaled pattern, faded — not a blank square
+            np.testing.assert_allclose(trace.z, b["block"], rtol=1e-6)
+            assert trace.opacity == plots.DIM_OPACITY < 1
+        else:
+            np.testing.assert_allclose(trace.z, a * b["block"], rtol=1e-6)
+            assert trace.opacity == 1
+    # one row per order: S1 alone in row 1, S8 alone in the last row; S2..S4 share a row (same y offset) side by
+    # side (different x offsets), all on one pair of axes; each block titled above it with its α
+    top = {t.name: t.y[0] for t in heat}
+    assert top["S2"] == top["S3"] == top["S4"] != top["S1"] and len(set(top.values())) == 4
+    assert len({t.x[0] for t in heat[1:4]}) == 3 and {t.xaxis for t in heat} == {None}  # the default axes
+    titles = {a.text: (a.x, a.y) for a in fig.layout.annotations}
+    assert titles["S3 (order 1) ×0.5"][1] < top["S3"] < titles["S5 (order 2) ×0"][1]  # y is reversed: above
+    assert {t.xaxis for t in fig.data[8:]} == {"x2"}
     ds = np.linalg.norm(sum(b["block"] for b in blocks))
     rel = [np.linalg.norm(b["block"]) / ds for b in blocks]
     np.testing.assert_allclose(fig.data[8].y, rel)
@@ -97,7 +107,7 @@ def test_span_blocks_large_context_shows_cell_means_and_exact_norms():
     traces = plots.span_blocks_data(blocks, (1.0, 0.5, 0.0, 0.0))
     heat, bars = traces[:8], traces[-1]
     assert heat[0]["z"].shape == (64, 64)
-    np.testing.assert_allclose(heat[1]["z"][0, 0], 0.5 * blocks[1]["block"][:2, :2].mean())
+    np.testing.assert_allclose(heat[1]["z"][0, 0], 0.5 * blocks[1]["block"][:2, :2].mean(), rtol=1e-6)
     np.testing.assert_array_equal(heat[0]["x"][:2], [0, 2])
     total = np.linalg.norm(sum(b["block"] for b in blocks))
     np.testing.assert_allclose(bars["y"][1], 0.5 * np.linalg.norm(blocks[1]["block"]) / total)  # from every entry
@@ -110,8 +120,8 @@ def test_span_blocks_qk4_has_three_rows_and_data_matches_figure():
     fig = plots.span_blocks_figure(blocks)
     data = plots.span_blocks_data(blocks)
     assert [d["type"] for d in data] == [t.type for t in fig.data]
-    assert len({t.yaxis for t in fig.data[:4]}) == 4  # every heatmap has its own axes
-    np.testing.assert_allclose(fig.data[2].z, blocks[2]["block"])
+    assert len({(t.x[0], t.y[0]) for t in fig.data[:4]}) == 4  # every heatmap has its own place
+    np.testing.assert_allclose(fig.data[2].z, blocks[2]["block"], rtol=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -244,9 +244,10 @@ def test_1111_equals_unhooked_model(preset, explicit_baseline, fused_baseline):
     attn = model.blocks[0].attn
     assert (attn.score_grad_fn is not None) or (attn.qk_grad_fn is not None)  # the hook is installed
     _, _, g = grads_of(model, tiny_batch())
-    baseline = fused_baseline if preset == "qk4" else explicit_baseline  # same attention path
-    assert rel_err(g, baseline[2]) <= 1e-6
-    assert rel_err_qk(g, baseline[2]) <= 1e-6
+    # every preset trains on the fused path, and [1111] leaves its backward alone: exactly plain training
+    # (a baseline computed here: the module's fixture may have run at another torch thread count)
+    assert rel_err(g, grads_of(make_model(), tiny_batch())[2]) == 0.0
+    assert rel_err(g, explicit_baseline[2]) <= 1e-6 and rel_err(g, fused_baseline[2]) <= 1e-6
 
 
 @pytest.mark.parametrize("preset", ["kv8", "qkv8", "qk4"])
@@ -371,8 +372,8 @@ def test_qk4_alpha2_changes_nothing_in_model():
 @pytest.mark.parametrize("alphas", ["1111", "1000", "1100", [0.3, -1.0, 2.0, 0.0]])
 def test_forward_identical_for_every_alpha(preset, alphas, explicit_baseline, fused_baseline):
     logits, loss, _ = grads_of(make_model(SpanConfig(alphas=alphas, preset=preset)), tiny_batch())
-    base = fused_baseline if preset == "qk4" else explicit_baseline  # same attention path: bit-identical
-    assert torch.equal(logits, base[0]) and torch.equal(loss, base[1])
+    # Every preset trains on the fused forward (kv8 and qkv8 through their fast path): bit-identical to plain
+    assert torch.equal(logits, fused_baseline[0]) and torch.equal(loss, fused_baseline[1])
     torch.testing.assert_close(logits, explicit_baseline[0])  # and the two paths agree to fp32 tolerance
 
 
@@ -426,6 +427,119 @@ def test_masked_fill_placement_would_differ():
     torch.testing.assert_close(run("pre-mask"), expected)
     diff = (run("masked_fill") - expected).abs().max()
     assert diff > 0.1 * expected.abs().max()
+
+
+# ------------------------------------------------------- the fast path: same gradients, no T×T tensor kept
+
+def _definition_attention(q, k, v, cfg, mask):
+    """The explicit path with the transform as a hook on ∂L/∂S — the definition the fast path must equal."""
+    S = q @ k.mT / math.sqrt(q.shape[-1])
+    S.register_hook(lambda g: spans.scale_score_grad(g, q.detach(), k.detach(), v.detach(), cfg, method="blocks"))
+    return torch.softmax(S + mask, -1) @ v
+
+
+FAST_PATH_CONFIGS = (
+    [SpanConfig(alphas=a, preset=p) for p in spans.PRESETS
+     for a in (*PAPER_BRACKETS, [0.3, -1.0, 2.0, 0.5], [0, 0, 0, 0], [2, 2, 2, 2])]
+    + [SpanConfig(block_alphas=[1, 0.5, 0, 2, 0.1, 0, 1, 3]), SpanConfig(preset="qk4", block_alphas=[1, 0, 0.5, 2])]
+    + [SpanConfig(alphas=[0.5, 1, 0.2, 0, 0][: max(4, len(slots) + 1)], slots=slots) for slots in (
+        (("right", "K"),), (("left", "V"), ("left", "Q")),
+        (("right", "Q"), ("left", "K"), ("right", "V"), ("left", "V")))]
+)
+
+
+@pytest.mark.parametrize("cfg", FAST_PATH_CONFIGS, ids=lambda c: f"{c.label()} {c.slots}")
+def test_fast_path_gradients_equal_the_definition(cfg, monkeypatch):
+    """float64, 4 batch tiles × 3 row tiles: dQ, dK, dV of the fused fast path equal the explicit hook's."""
+    from spanviz.spans import fused
+
+    monkeypatch.setattr(fused, "CHUNK_ELEMENTS", {"cpu": 3 * 16 * 40, "default": 3 * 16 * 40})
+    assert fused._tiles(torch.Size((4, 3, 40, 8)), torch.device("cpu")) == (1, 16)  # 4 × 3 tiles
+    g = torch.Generator().manual_seed(0)
+    q, k, v, dO = (torch.randn(4, 3, 40, 8, generator=g, dtype=torch.float64) for _ in range(4))
+    mask = torch.full((40, 40), float("-inf"), dtype=torch.float64).triu(1)
+    ref_in = [t.clone().requires_grad_() for t in (q, k, v)]
+    want = torch.autograd.grad(_definition_attention(*ref_in, cfg, mask), ref_in, dO)
+    fast_in = [t.clone().requires_grad_() for t in (q, k, v)]
+    attend = lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
+    got = torch.autograd.grad(spans.span_attention(*fast_in, cfg, attend, mask), fast_in, dO)
+    for name, a, b in zip("QKV", got, want):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=lambda m, n=name: f"d{n}: {m}")
+
+
+@pytest.mark.parametrize("side", spans.QK_SIDES)
+def test_qk4_training_hook_equals_the_closed_form_definition(side):
+    """What the model installs for qk4 (the fast path's sync-free projector) equals scale_qk_grad."""
+    from spanviz.spans import fused
+
+    cfg = SpanConfig(alphas=[1.0, 0.3, 0.0, 0.0], preset="qk4")
+    g = torch.Generator().manual_seed(4)
+    grad, x = (torch.randn(2, 3, 40, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    want = spans.scale_qk_grad(grad, x, cfg, side)
+    _, qk_grad_fn = spans.build_grad_fns(cfg)
+    torch.testing.assert_close(qk_grad_fn(grad, x, side), want, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(fused.qk_transform(1.0, 0.3, cfg.ridge, grad, torch.zeros_like(x)), 0.3 * grad)  # X = 0
+
+
+@pytest.mark.parametrize("preset", ["kv8", "qkv8"])
+@pytest.mark.parametrize("alphas", ["1000", "1100", "1110", [0.3, -1.0, 2.0, 0.5]])
+def test_model_fast_path_equals_the_explicit_definition(preset, alphas):
+    """In a model, fp32: the fast path (what training runs) against the same setting on the explicit path."""
+    cfg = SpanConfig(alphas=alphas, preset=preset)
+    fast = make_model(cfg)
+    assert not fast.blocks[0].attn.needs_explicit(True)  # the fused forward, the transform in backward
+    _, _, got = grads_of(fast, tiny_batch())
+    _, _, want = grads_of(make_model(cfg, attn_backend="explicit"), tiny_batch())
+    assert rel_err(got, want) <= 2e-6 and rel_err_qk(got, want) <= 2e-6
+
+
+def test_fast_path_keeps_no_score_sized_tensor():
+    """Nothing of (B, H, T, T) size is saved for the backward of a kv8 training step (the explicit path saves
+    several), and the loss keeps no (B·T, V) logits."""
+    B, T = 3, 64
+    cfg_kw = dict(context_length=T, d_model=16, n_head=2)
+    x, y = tiny_batch(B=B, T=T)
+
+    def largest_saved(model, **kw):
+        sizes = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: (sizes.append(t.numel()), t)[1], lambda t: t):
+            _, loss = model(x, y, **kw)
+        loss.backward()
+        return max(sizes)
+
+    scores = B * 2 * T * T
+    assert largest_saved(make_model(SpanConfig(alphas="1000"), **cfg_kw), return_logits=False) < scores
+    assert largest_saved(make_model(SpanConfig(alphas="1000"), attn_backend="explicit", **cfg_kw)) >= scores
+
+
+def test_fast_path_gives_way_to_hooks_and_dropout():
+    """A hook on the scores, attention dropout while training, or a plain-function transform: explicit path."""
+    model = make_model(SpanConfig(alphas="1000"), dropout=0.1)
+    attn = model.blocks[0].attn
+    assert attn.needs_explicit(True)  # dropout on P cannot be replayed by a recomputing backward
+    model.eval()
+    assert not attn.needs_explicit(True)
+    model = make_model(SpanConfig(alphas="1000"))
+    attn = model.blocks[0].attn
+    with model.hooks({"blocks.0.attn.hook_pattern": lambda t: None}):
+        assert attn.needs_explicit(True)
+    assert not attn.needs_explicit(True)
+    attn.score_grad_fn = lambda dS, q, k, v: dS  # a plain function has no fast path
+    assert attn.needs_explicit(True)
+
+
+def test_fast_path_under_cpu_bf16_autocast_returns_input_dtypes():
+    """bf16 autocast (as on CUDA): gradients in the inputs' dtypes, close to the fp32 ones."""
+    cfg = SpanConfig(alphas="1000")
+    x, y = tiny_batch()
+    _, _, want = grads_of(make_model(cfg), (x, y))
+    model = make_model(cfg)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _, loss = model(x, y, return_logits=False)
+    loss.backward()
+    got = {n: p.grad for n, p in model.named_parameters()}
+    assert all(g.dtype == torch.float32 for g in got.values())
+    assert rel_err_qk(got, want) < 0.05
 
 
 # ------------------------------------------------------------------------------ the numerical check

@@ -155,8 +155,12 @@ def test_spans_alpha_slider_changes_figure_data(spans_panel):
     blocks, toy = spans_panel.views["blocks"].widget, spans_panel.views["toy"].widget
     assert np.abs(blocks.data[0]["z"]).max() > 0
     bars_before = np.array(blocks.data[9]["y"])
+    z_before = np.array(blocks.data[0]["z"])
     spans_panel.controls["alpha0"].value = 0.0
-    assert np.abs(blocks.data[0]["z"]).max() == 0.0  # S1 (order 0) scaled to zero
+    # S1 (order 0) removed: drawn faded with its unscaled pattern, its scaled norm 0
+    np.testing.assert_array_equal(blocks.data[0]["z"], z_before)
+    assert blocks.data[0]["opacity"] == plots.DIM_OPACITY
+    assert blocks.data[1]["opacity"] == (plots.DIM_OPACITY if spans_panel.alphas[1] == 0 else 1)
     assert blocks.data[9]["y"][0] == 0.0 and np.array_equal(blocks.data[9]["y"][1:], bars_before[1:])
     titles = [a["text"] for a in blocks.figure_layout["annotations"]]
     alpha1 = spans_panel.controls["alpha1"].value

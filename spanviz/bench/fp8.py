@@ -3,7 +3,7 @@
 The geometry-aware scale (arXiv 2602.18851) needs σ^(ℓ) = max_h ‖W̃^Q_h W̃^K_hᵀ‖₂ of every layer after each
 update. Measured here, as a percentage of one training step (forward, backward, AdamW) of the notebook
 config (d_model 128, 2 layers, 4 heads, T 128, batch 16, vocab 8192), in one run with interleaved calls
-(see :func:`spanviz.bench.core.interleaved_medians`):
+(:func:`spanviz.bench.core.measure`: thread CPU time of one thread on a CPU):
 
 * ``exact``: fold LayerNorm gain/bias and q/k biases into the weights, then the thin-QR core method for
   all heads of all layers (target <= 2 %), with R from a Cholesky of the key Gram (the default);
@@ -11,10 +11,10 @@ config (d_model 128, 2 layers, 4 heads, T 128, batch 16, vocab 8192), in one run
 * ``power_step``: fold, then one warm-started implicit power iteration for all layers (target <= 0.5 %);
   ``power_step_prefolded``: the iteration alone, on weights folded beforehand.
 
-Each timed call follows an untimed call of the same closure (``torch.utils.benchmark``'s warm-up), so the
-extra cost of the first small op after a train step (cold caches, about 0.5 ms for two layers on a 2-core CPU)
-is not in these numbers; before the Timer (the hand-rolled loop timed each call right after the train step) it
-was, and the exact σ measured about twice as much.
+Each timed call follows an untimed call of the same closure (``measure(..., warm_each=True)``, as
+``torch.utils.benchmark``'s warm-up), so the extra cost of the first small op after a train step (cold caches,
+about 0.5 ms for two layers on a 2-core CPU) is not in these numbers; with each call timed right after the train
+step it was, and the exact σ measured about twice as much.
 
 Benchmarks, not tests: numbers depend on the machine and its load (a shared machine is noisy; medians of
 interleaved calls damp but do not remove that).
@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 
 from spanviz import fp8
-from spanviz.bench.core import NOTEBOOK_BATCH, NOTEBOOK_CONFIG, interleaved_medians, make_train_step
+from spanviz.bench.core import NOTEBOOK_BATCH, NOTEBOOK_CONFIG, make_train_step, measure
 from spanviz.model import GPTConfig, TinyGPT
 from spanviz.threads import torch_threads
 from spanviz.validators import check_int
@@ -34,15 +34,16 @@ TARGETS_PCT = {"exact_pct": 2.0, "power_step_pct": 0.5}
 """Issue targets, in percent of one train step (notebook config, CPU)."""
 
 
-def bench_fp8(device: str = "cpu", repeats: int = 30, seed: int = 0, threads: int | None = None) -> dict:
+def bench_fp8(device: str = "cpu", repeats: int = 30, seed: int = 0, threads: int | None = None,
+              quick: bool = False) -> dict:
     """Spectral-norm cost as % of a train step on the notebook config.
 
     Args:
         device: torch device string ("cpu", "cuda", ...). repeats: interleaved measurements per closure, >= 1.
         seed: for weights and the random token batch.
-        threads: CPU threads for the whole measurement (``torch.set_num_threads``, restored afterwards);
-            None = as set. On an oversubscribed machine small linear algebra with 2+ threads can be
-            10–20× slower than with 1 (thread synchronisation), so compare both.
+        threads: ignored on a CPU (the bench times one thread there, :func:`spanviz.bench.core.measure`); on an
+            accelerator, torch's CPU threads for the host side (restored afterwards); None = as set.
+        quick: 5 timed rounds instead of ``repeats``.
     Returns:
         dict: ``config``, ``device``, ``torch_threads``, ``train_step_ms``, ``exact_ms``,
         ``exact_householder_ms``, ``power_step_ms``, ``power_step_prefolded_ms``, and each ``*_pct``
@@ -59,7 +60,7 @@ def bench_fp8(device: str = "cpu", repeats: int = 30, seed: int = 0, threads: in
     except (RuntimeError, TypeError) as exc:
         raise ValueError(f"device must be a torch device string like 'cpu' or 'cuda', got {device!r}") from exc
     with torch_threads(threads):
-        return _bench(dev, repeats, seed)
+        return _bench(dev, min(repeats, 5) if quick else repeats, seed)
 
 
 def _bench(dev: torch.device, repeats: int, seed: int) -> dict:
@@ -92,11 +93,12 @@ def _bench(dev: torch.device, repeats: int, seed: int) -> dict:
         for f, pi in zip(prefolded, iterations_prefolded):
             pi(f.W_Q, f.W_K).max()
 
-    med = interleaved_medians(
+    timings = measure(
         {"train_step": make_train_step(model, x, y), "exact": exact, "exact_householder": exact_householder,
          "power_step": power_step, "power_step_prefolded": power_step_prefolded},
-        repeats, device=dev,
+        repeats, warmup=2, device=dev, warm_each=True,
     )  # fmt: skip
+    med = {name: timings.median(name) for name in timings.wall}
     ratio = min(
         float((pi(f.W_Q, f.W_K) / fp8.spectral_norms_exact(f.W_Q, f.W_K)).min())
         for pi, f in zip(iterations, (fp8.fold_qk(b) for b in blocks))
@@ -106,6 +108,8 @@ def _bench(dev: torch.device, repeats: int, seed: int) -> dict:
         "config": {**NOTEBOOK_CONFIG, "batch_size": NOTEBOOK_BATCH},
         "device": str(dev),
         "torch_threads": torch.get_num_threads(),
+        "timing": timings.describe(),
+        "ms": timings.ms(),
         "train_step_ms": 1e3 * step,
         "exact_ms": 1e3 * med["exact"],
         "exact_householder_ms": 1e3 * med["exact_householder"],

@@ -3,9 +3,10 @@
 The runs a student starts by pressing Train with a notebook's defaults (the ``parameters`` cells of
 notebooks 00-03 and the defaults of their panels), each trained for a few updates through the real
 :class:`spanviz.train.Trainer` — probes, evaluation and all — on random tokens of the notebooks' vocabulary
-size (8192). Reported per run: ``tokens_per_s`` (B·T per update over the wall time of the timed updates,
-evaluation and probes included: what a student waits for) and ``train_tokens_per_s`` (the trainer's own
-per-update figure: forward, backward and optimizer only, median). Run it once on a CPU and once on a GPU
+size (8192). Reported per run: ``tokens_per_cpu_s`` (B·T per update over the thread CPU time of the timed
+updates, evaluation and probes included; on a CPU the bench runs one thread), ``tokens_per_s`` (the same over
+wall time: what a student waits for, on a quiet machine) and ``train_tokens_per_s`` (the trainer's own
+per-update figure: forward, backward and optimizer only, median, wall). Run it once on a CPU and once on a GPU
 (``spanviz bench --only notebooks --device cuda``) to compare the two.
 
 Nothing here asserts a time. Source: spanviz.
@@ -74,16 +75,18 @@ def bench_notebooks(
     """Tokens/s of every notebook default run (see :func:`notebook_runs`) on ``device``.
 
     Args:
-        device: "cpu", "cuda", ... (fp32, as the notebooks train). quick: 10 timed updates instead of 30.
+        device: "cpu", "cuda", ... (fp32, as the notebooks train). quick: 5 timed updates instead of 30, at most
+            2 warm-up updates.
         steps: timed updates per run (overrides ``quick``), >= 1. warmup: untimed updates first, >= 0.
         seed: weights, batches and tokens.
     Returns:
-        ``{"device", "device_name", "threads", "steps", "runs": {label: {"tokens_per_s", "train_tokens_per_s",
-        "updates_per_s", "tokens_per_update"}}}``.
+        ``{"device", "device_name", "threads", "steps", "runs": {label: {"tokens_per_cpu_s", "tokens_per_s",
+        "train_tokens_per_s", "updates_per_s", "tokens_per_update"}}}``.
     Raises:
         ValueError: steps not an integer >= 1, warmup not an integer >= 0, or a device the trainer rejects.
     """
-    steps = (10 if quick else 30) if steps is None else steps
+    steps = (5 if quick else 30) if steps is None else steps
+    warmup = min(warmup, 2) if quick else warmup
     check_int("steps", steps, 1)
     check_int("warmup", warmup, 0)
     data = _random_tokens(NOTEBOOK_VOCAB, seed)
@@ -95,11 +98,12 @@ def bench_notebooks(
         trainer = Trainer(model_cfg, train_cfg, data, probes=probes)
         if warmup:
             trainer.step(warmup)
-        t0 = time.perf_counter()
+        c0, t0 = time.thread_time(), time.perf_counter()
         rows = trainer.step(steps)
-        wall = time.perf_counter() - t0
+        cpu, wall = time.thread_time() - c0, time.perf_counter() - t0
         per_update = NOTEBOOK_BATCH * model_cfg.context_length
         runs[label] = {
+            "tokens_per_cpu_s": per_update * len(rows) / cpu,
             "tokens_per_s": per_update * len(rows) / wall,
             "train_tokens_per_s": statistics.median(r["tokens_per_s"] for r in rows),
             "updates_per_s": len(rows) / wall,

@@ -1,25 +1,32 @@
-"""Benchmark: what span / violation gradient scaling costs per training step.
+"""Benchmark: what span / violation gradient scaling costs per training step, and how costs grow with T.
 
 One run, one model architecture, one random batch; four variants trained side by side with their steps
-interleaved (ABCD ABCD ...) so drifts of a shared machine hit all alike; medians of the repeats compared:
+interleaved (:func:`spanviz.bench.core.measure`: one thread, thread CPU time on a CPU, order reversed every other
+round); medians and minima compared:
 
 * ``standard_fused`` — ``spans=None``: the fused SDPA attention path (what plain training uses);
 * ``standard_explicit`` — ``attn_backend="explicit"``: the explicit T×T path without any transform;
-* ``kv8_1000`` — kv8 [1000] (score-gradient transform; forces the explicit path);
-* ``qk4_1000`` — qk4 [1000] (closed form as q/k gradient hooks; stays on the fused path).
+* ``kv8_1000`` — kv8 [1000] (fused forward; the transform in the backward from recomputed rows,
+  :mod:`spanviz.spans.fused`);
+* ``qk4_1000`` — qk4 [1000] (closed form as q/k gradient hooks on the fused path).
 
-Targets (notebook config on CPU): kv8 [1000] / standard ≤ 1.5, qk4 [1000] / standard ≤ 1.15. The kv8 ratio
-is given over both standards: over the fused one (the honest cost of switching the technique on) and over
-the explicit one (the cost of the projections alone). Numbers on a shared machine are noisy.
+Targets (notebook config on CPU): kv8 [1000] / standard ≤ 1.5, qk4 [1000] / standard ≤ 1.15; on CUDA at T 1024,
+d_head 64: ≤ 1.3 and ≤ 1.05. :func:`bench_growth` repeats the four at T 128 → 1024 (d_model 128, 4 heads,
+batch 16) with each variant's peak RSS from a fresh process: the cost-growth table of docs/spans.md, and P1
+(kv8 / standard ≤ 1.3 at T 512, ≤ 1.5 at T 1024). Numbers on a shared machine are noisy.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
-from spanviz.bench.core import NOTEBOOK_BATCH, NOTEBOOK_CONFIG, interleaved_medians, make_train_step
+from spanviz.bench.core import NOTEBOOK_BATCH, NOTEBOOK_CONFIG, make_train_step, measure
 from spanviz.model import GPTConfig, TinyGPT
 from spanviz.spans import SpanConfig
 from spanviz.threads import torch_threads
@@ -48,7 +55,8 @@ def _variants(base: dict[str, Any]) -> dict[str, GPTConfig]:
 
 def _compile_span_transforms(model: TinyGPT) -> TinyGPT:
     """Wrap every layer's score-gradient transform in ``torch.compile`` (fuses its elementwise work; the
-    Cholesky and the fallback check stay eager). An experiment of this benchmark, not a library path."""
+    Cholesky and the fallback check stay eager). An experiment of this benchmark, not a library path: the
+    compiled plain function has no fast path, so the layer runs the explicit path."""
     for block in model.blocks:
         if block.attn.score_grad_fn is not None:
             block.attn.score_grad_fn = torch.compile(block.attn.score_grad_fn, dynamic=False)
@@ -56,10 +64,10 @@ def _compile_span_transforms(model: TinyGPT) -> TinyGPT:
 
 
 def bench_spans(
-    device: str = "auto", repeats: int = 15, config: str = "auto", seed: int = 0, warmup: int = 3,
+    device: str = "auto", repeats: int = 15, config: str = "auto", seed: int = 0, warmup: int = 2,
     quick: bool = False, threads: int | None = None,
 ) -> dict[str, Any]:
-    """Train-step times (median ms) of standard and span-scaled training, and their ratios.
+    """Train-step times (ms) of standard and span-scaled training, and their ratios.
 
     Args:
         device: "auto" (cuda if available, else cpu), "cpu", "cuda", ...
@@ -67,18 +75,17 @@ def bench_spans(
         config: "notebook" (d_model 128, 2 layers, 4 heads, T 128, batch 16, vocab 8192), "gpu" (d_model 256,
             4 layers, 4 heads, T 256, batch 32), "long" (d_model 256, 4 layers, 4 heads of 64, T 1024, batch 8)
             or "auto" ("long" on CUDA, else "notebook"). On CUDA a fifth variant, ``kv8_1000_compiled``,
-            runs the kv8 transform through ``torch.compile``.
+            runs the kv8 transform's definition (the explicit path) through ``torch.compile``.
         seed: weights and batch.
-        warmup: untimed steps per variant first.
-        quick: at most 5 repeats and 1 warm-up step (noisier; for ``spanviz bench --quick``).
-        threads: CPU threads for the measurement (restored afterwards); None = torch's current setting.
-            On an oversubscribed machine 1 thread gives steadier ratios: with 2 threads every small
-            parallel operation may wait for a descheduled worker, which penalises the many small batched
-            operations of the transforms far more than the few large ones of the standard step.
+        warmup: untimed rounds first.
+        quick: at most 3 repeats and 1 warm-up round (noisier; for ``spanviz bench --quick``).
+        threads: ignored on a CPU (the bench times one thread there); on an accelerator, torch's CPU threads
+            for the host side (restored afterwards); None = as set.
     Returns:
-        dict with ``config``, ``device``, ``threads``, ``step_ms`` {variant: median ms}, ``ratios``
-        {kv8_over_fused, kv8_over_explicit, explicit_over_fused, qk4_over_fused}, ``targets`` and
-        ``meets_targets`` {name: bool}. Full-precision (fp32) steps with AdamW.
+        dict with ``config``, ``device``, ``timing`` (clock and rounds), ``step_ms`` {variant: {median, min,
+        wall_median, wall_min}}, ``ratios`` {kv8_over_fused, kv8_over_explicit, explicit_over_fused,
+        qk4_over_fused: the ratio of medians on the primary clock}, ``ratio_detail`` (medians and minima on both
+        clocks), ``targets`` and ``meets_targets`` {name: bool}. Full-precision (fp32) steps with AdamW.
     Raises:
         ValueError: bad repeats, warmup, threads or config.
     Source: spanviz.
@@ -89,9 +96,31 @@ def bench_spans(
     if threads is not None:
         check_int("threads", threads, 1)
     if quick:
-        repeats, warmup = min(repeats, 5), min(warmup, 1)
+        repeats, warmup = min(repeats, 3), min(warmup, 1)
     with torch_threads(threads):
         return _bench(device, repeats, config, seed, warmup)
+
+
+RATIOS = {"kv8_over_fused": ("kv8_1000", "standard_fused"), "kv8_over_explicit": ("kv8_1000", "standard_explicit"),
+          "explicit_over_fused": ("standard_explicit", "standard_fused"), "qk4_over_fused": ("qk4_1000", "standard_fused")}
+
+
+def _steps(base: dict[str, Any], batch_size: int, dev: torch.device, seed: int,
+           compiled: bool = False) -> dict[str, Callable[[], None]]:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, base["vocab_size"], (batch_size, base["context_length"]), generator=g).to(dev)
+    y = torch.roll(x, -1, dims=1)
+    variants = _variants(base)
+    if compiled:
+        variants["kv8_1000_compiled"] = variants["kv8_1000"]
+    steps = {}
+    for name, cfg in variants.items():
+        torch.manual_seed(seed)  # same initial weights for every variant
+        model = TinyGPT(cfg).to(dev)
+        if name == "kv8_1000_compiled":
+            model = _compile_span_transforms(model)
+        steps[name] = make_train_step(model, x, y)
+    return steps
 
 
 def _bench(device: str, repeats: int, config: str, seed: int, warmup: int) -> dict[str, Any]:
@@ -101,37 +130,118 @@ def _bench(device: str, repeats: int, config: str, seed: int, warmup: int) -> di
     if config == "auto":
         config = "long" if dev.type == "cuda" else "notebook"
     base, batch_size = CONFIGS[config]
-
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randint(0, base["vocab_size"], (batch_size, base["context_length"]), generator=g).to(dev)
-    y = torch.roll(x, -1, dims=1)
-    steps = {}
-    variants = _variants(base)
-    if dev.type == "cuda":
-        variants["kv8_1000_compiled"] = variants["kv8_1000"]
-    for name, cfg in variants.items():
-        torch.manual_seed(seed)  # same initial weights for every variant
-        model = TinyGPT(cfg).to(dev)
-        if name == "kv8_1000_compiled":
-            model = _compile_span_transforms(model)
-        steps[name] = make_train_step(model, x, y)
-    med = interleaved_medians(steps, repeats, warmup=max(warmup, 2 if dev.type == "cuda" else 0), device=dev)
-    ratios = {
-        "kv8_over_fused": med["kv8_1000"] / med["standard_fused"],
-        "kv8_over_explicit": med["kv8_1000"] / med["standard_explicit"],
-        "explicit_over_fused": med["standard_explicit"] / med["standard_fused"],
-        "qk4_over_fused": med["qk4_1000"] / med["standard_fused"],
-    }
-    if "kv8_1000_compiled" in med:
-        ratios["kv8_compiled_over_fused"] = med["kv8_1000_compiled"] / med["standard_fused"]
+    steps = _steps(base, batch_size, dev, seed, compiled=dev.type == "cuda")
+    t = measure(steps, repeats, warmup=max(warmup, 2 if dev.type == "cuda" else 0), device=dev)
+    pairs = dict(RATIOS)
+    if "kv8_1000_compiled" in steps:
+        pairs["kv8_compiled_over_fused"] = ("kv8_1000_compiled", "standard_fused")
+    detail = {name: t.ratio(a, b) for name, (a, b) in pairs.items()}
+    ratios = {name: r["median"] for name, r in detail.items()}
     targets = TARGETS_GPU if dev.type == "cuda" else TARGETS
     return {
         "config": {**base, "batch_size": batch_size, "name": config},
         "device": str(dev),
-        "threads": torch.get_num_threads(),
+        "threads": 1 if dev.type == "cpu" else torch.get_num_threads(),
+        "timing": t.describe(),
         "repeats": repeats,
-        "step_ms": {name: 1e3 * t for name, t in med.items()},
+        "step_ms": t.ms(),
         "ratios": ratios,
+        "ratio_detail": detail,
         "targets": dict(targets),
         "meets_targets": {name: ratios[name] <= target for name, target in targets.items()},
     }
+
+
+# ------------------------------------------------------------------------------------------ cost growth
+GROWTH_BASE = dict(vocab_size=8192, n_layer=2, n_head=4, d_model=128)
+GROWTH_BATCH = 16
+GROWTH_T = (128, 256, 512, 1024)
+GROWTH_TARGETS = {512: 1.3, 1024: 1.5}
+"""P1: kv8 [1000] train step / standard (fused) step at T 512 and 1024 (d_model 128, 4 heads, batch 16)."""
+
+_RSS_SCRIPT = r"""
+import json, sys
+import torch
+from spanviz.bench.spans import GROWTH_BASE, GROWTH_BATCH, _variants
+from spanviz.bench.core import make_train_step, peak_rss_mb
+from spanviz.model import TinyGPT
+torch.set_num_threads(1)
+variant, contexts = sys.argv[1], [int(t) for t in sys.argv[2].split(",")]
+out = {}
+for T in contexts:  # ascending: the peak after T is T's own (the smaller ones peaked lower)
+    cfg = _variants({**GROWTH_BASE, "context_length": T})[variant]
+    torch.manual_seed(0)
+    x = torch.randint(0, cfg.vocab_size, (GROWTH_BATCH, T))
+    step = make_train_step(TinyGPT(cfg), x, torch.roll(x, -1, 1))
+    step(); step()
+    out[T] = peak_rss_mb()
+    del step
+print(json.dumps(out))
+"""
+
+
+def bench_growth(quick: bool = False, contexts: Sequence[int] | None = None, repeats: int | None = None,
+                 seed: int = 0, rss: bool | None = None) -> dict[str, Any]:
+    """Step CPU time and peak RSS of standard (fused), standard (explicit), kv8 [1000] and qk4 [1000] as the
+    context T grows (d_model 128, 2 layers, 4 heads, batch 16, vocab 8192; CPU, one thread).
+
+    Per T the four variants' steps are timed interleaved (:func:`spanviz.bench.core.measure`); each variant's peak
+    RSS comes from a fresh process that trains it two steps at each T in ascending order (its high-water mark
+    after T, :func:`spanviz.bench.core.peak_rss_mb`).
+
+    Args:
+        quick: T 128 and 256 only, 1 timed round, no peak RSS. contexts: the T to measure (default
+        :data:`GROWTH_T`). repeats: timed rounds per T (default 3; quick 1). seed: weights and batch.
+        rss: measure peak RSS (default: unless quick).
+    Returns:
+        ``{"config", "timing", "T": {T: {"step_ms": {variant: {...}}, "ratios": {...}, "ratio_detail": {...},
+        "peak_rss_mb": {variant: MB}}}, "p1": {T: kv8 / standard}, "targets", "meets_targets"}``.
+    """
+    contexts = list(contexts or ((128, 256) if quick else GROWTH_T))
+    repeats = repeats or (1 if quick else 3)
+    rss = not quick if rss is None else rss
+    out: dict[str, Any] = {"config": {**GROWTH_BASE, "batch_size": GROWTH_BATCH}, "T": {}}
+    for T in contexts:
+        steps = _steps({**GROWTH_BASE, "context_length": T}, GROWTH_BATCH, torch.device("cpu"), seed)
+        t = measure(steps, repeats, warmup=1)
+        detail = {name: t.ratio(a, b) for name, (a, b) in RATIOS.items()}
+        out["T"][T] = {"step_ms": t.ms(), "ratios": {n: r["median"] for n, r in detail.items()}, "ratio_detail": detail}
+        out["timing"] = t.describe()
+        del steps
+    for variant in _variants({**GROWTH_BASE, "context_length": max(contexts)}) if rss else ():
+        for T, mb in peak_rss(variant, contexts).items():
+            out["T"][T].setdefault("peak_rss_mb", {})[variant] = mb
+    if not rss:
+        out["peak_rss_mb"] = {"skipped": "--quick (a fresh process per variant): run without --quick"}
+    out["p1"] = {T: out["T"][T]["ratios"]["kv8_over_fused"] for T in contexts}
+    out["targets"] = {f"kv8_over_fused_T{T}": f"<= {x:g}" for T, x in GROWTH_TARGETS.items()}
+    out["meets_targets"] = {f"kv8_over_fused_T{T}": out["p1"][T] <= x for T, x in GROWTH_TARGETS.items()
+                            if T in out["p1"]}
+    return out
+
+
+def peak_rss(variant: str, contexts: Sequence[int]) -> dict[int, float]:
+    """Peak RSS [MB] of a fresh process training ``variant`` (a name of the growth table) two steps at each T,
+    ascending: ``{T: MB}``."""
+    arg = ",".join(str(T) for T in sorted(contexts))
+    run = subprocess.run([sys.executable, "-c", _RSS_SCRIPT, variant, arg], capture_output=True, text=True, check=False)
+    if run.returncode != 0:
+        raise RuntimeError(f"peak-RSS run of {variant} failed:\n{run.stderr[-2000:]}")
+    return {int(T): mb for T, mb in json.loads(run.stdout.strip().splitlines()[-1]).items()}
+
+
+def growth_table(growth: dict[str, Any]) -> str:
+    """The cost-growth table of :func:`bench_growth` as Markdown: per T, each variant's median step CPU time (ms)
+    and peak RSS (MB), and the ratios over the fused standard step."""
+    names = ("standard_fused", "standard_explicit", "kv8_1000", "qk4_1000")
+    head = ("| T | " + " | ".join(f"{n} step ms" for n in names) + " | " + " | ".join(f"{n} RSS MB" for n in names)
+            + " | kv8 / standard | explicit / standard | qk4 / standard |")
+    lines = [head, "|" + "---|" * (2 * len(names) + 4)]
+    for T, row in sorted(growth["T"].items(), key=lambda kv: int(kv[0])):
+        ms = [f"{row['step_ms'][n]['median']:.0f}" for n in names]
+        rss = [f"{row.get('peak_rss_mb', {}).get(n, float('nan')):.0f}" for n in names]
+        r = row["ratios"]
+        lines.append(f"| {T} | " + " | ".join(ms) + " | " + " | ".join(rss) + " | "
+                     + " | ".join(f"{r[k]:.2f}" for k in ("kv8_over_fused", "explicit_over_fused", "qk4_over_fused"))
+                     + " |")
+    return "\n".join(lines)

@@ -11,6 +11,7 @@ from spanviz.bench import SECTIONS as BENCH_SECTIONS
 from spanviz.bench import format_results, run_benchmarks
 from spanviz.cli.common import announce_smoke, smoke
 from spanviz.cli.options import BenchCommand, UsageError, as_flags
+from spanviz.files import atomic_write, check_writable_folder
 from spanviz.train import resolve_device
 
 
@@ -32,8 +33,20 @@ def cmd_bench(cmd: BenchCommand) -> int:
     if smoke():
         only, quick, data_dir = "core", True, None
         announce_smoke("the quick core step-ratio benchmark only (no notebook-config run)")
+    out = cmd.out
+    if out is not None:
+        try:
+            check_writable_folder(out.parent, f"--out {out}")
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+
+    def section_done(name: str, results: dict) -> None:
+        print(f"bench: section {name} done", file=sys.stderr, flush=True)
+        if out is not None:
+            atomic_write(out, (json.dumps(results, indent=2, default=str) + "\n").encode())
+
     results = run_benchmarks(only=only, device=cmd.device, data_dir=None if data_dir is None else str(data_dir),
-                             quick=quick)
+                             quick=quick, browser=cmd.browser, on_section=section_done)
     print(json.dumps(results, indent=2) if cmd.json else format_results(results))
     failed = [name for name, section in results.items() if isinstance(section, dict) and "error" in section]
     for name in failed:

@@ -239,7 +239,11 @@ class BenchCommand:
     device: str = "auto"
     """auto, cpu, cuda, cuda:<index> or mps."""
     quick: bool = False
-    """fewer repeats (noisier)."""
+    """fewer rounds, the growth table at T 128 and 256 only, no sweep: a few minutes on 2 cores (noisier)."""
+    browser: bool = False
+    """also time the sliders in JupyterLab in Chromium (the only part that starts a browser)."""
+    out: Path | None = None
+    """write the JSON to this file after every section (a long run leaves each finished section on disk)."""
     data_dir: Path | None = None
     """WikiText-2 folder for the notebook-config benchmark (default: as for train)."""
     verbose: bool = False

@@ -37,17 +37,19 @@ from spanviz.plots.local_global import (
     attention_heads_data, attention_heads_figure, head_masks_data, head_masks_figure, max_logit_data, max_logit_figure,
 )
 from spanviz.plots.spans import (
-    SPAN_BLOCK_CELLS, energy_by_order_data, energy_by_order_figure, energy_series, span_block_title, span_blocks_data,
-    span_blocks_figure, span_toy, span_toy_data, span_toy_figure, subspace_angles_data, subspace_angles_figure,
+    DIM_OPACITY, SPAN_BLOCK_CELLS, energy_by_order_data, energy_by_order_figure, energy_series, span_block_cells,
+    span_block_shown, span_block_title, span_blocks_data, span_blocks_figure, span_blocks_traces, span_toy,
+    span_toy_data, span_toy_figure, subspace_angles_data, subspace_angles_figure,
 )
 
 __all__ = [
-    "COLORS", "DASHES", "E4M3_MAX", "FP8_ROWS", "History", "ORDER_COLORS", "SPAN_BLOCK_CELLS", "STRATEGY_COLORS",
-    "SYMBOLS", "Trace", "attention_heads_data", "attention_heads_figure", "bound_color", "bound_vs_rank_data",
-    "bound_vs_rank_figure", "coinciding", "energy_by_order_data", "energy_by_order_figure", "energy_series",
-    "fp8_panel_data", "fp8_panel_figure", "fp8_series", "head_masks_data", "head_masks_figure", "keys_under",
-    "layer_series", "loss_curves_data", "loss_curves_figure", "max_logit_data", "max_logit_figure",
+    "COLORS", "DASHES", "DIM_OPACITY", "E4M3_MAX", "FP8_ROWS", "History", "ORDER_COLORS", "SPAN_BLOCK_CELLS",
+    "STRATEGY_COLORS", "SYMBOLS", "Trace", "attention_heads_data", "attention_heads_figure", "bound_color",
+    "bound_vs_rank_data", "bound_vs_rank_figure", "coinciding", "energy_by_order_data", "energy_by_order_figure",
+    "energy_series", "fp8_panel_data", "fp8_panel_figure", "fp8_series", "head_masks_data", "head_masks_figure",
+    "keys_under", "layer_series", "loss_curves_data", "loss_curves_figure", "max_logit_data", "max_logit_figure",
     "relative_change_data", "relative_change_figure", "relative_change_series", "seed_band", "seed_peaks",
-    "seed_peaks_data", "series", "span_block_title", "span_blocks_data", "span_blocks_figure", "span_toy",
-    "span_toy_data", "span_toy_figure", "subspace_angles_data", "subspace_angles_figure", "variant_widths",
+    "seed_peaks_data", "series", "span_block_cells", "span_block_shown", "span_block_title", "span_blocks_data",
+    "span_blocks_figure", "span_blocks_traces", "span_toy", "span_toy_data", "span_toy_figure",
+    "subspace_angles_data", "subspace_angles_figure", "variant_widths",
 ]

@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from spanviz.plots.common import (
     ORDER_COLORS, History, Trace, _array, _block_mean, _cells_note, _color, keys_under, series,
@@ -53,31 +52,86 @@ SPAN_BLOCK_CELLS = 64
 A block is about 170 pixels wide on screen, so T = 128 has more entries than pixels anyway, and four times
 fewer cells keep an α slider's redraw in the browser quick."""
 
+DIM_OPACITY = 0.3
+"""Opacity of a block whose α is 0: drawn faded with its unscaled pattern (a student sees what α removes), not
+as a blank square."""
+
+
+def span_block_cells(blocks: Sequence[Mapping[str, Any]], max_cells: int = SPAN_BLOCK_CELLS) -> dict[str, Any]:
+    """Everything of :func:`span_blocks_data` that does not depend on α, computed once per set of blocks.
+
+    Returns:
+        ``{"names", "orders" (lists), "z" (list of float32 (n, n) heatmaps: block means, see ``max_cells``),
+        "pos" (n,) first entry of each cell, "x", "y" (list of (n,): each block's cell positions on the figure's
+        one pair of axes), "grid" (placement), "rel" (n_blocks,) ‖block‖_F/‖dS‖_F, "zmax" the colour range
+        (the 99th percentile of the cells' |values|), "T"}``. Norms are sums of squares (no BLAS call).
+    Raises:
+        ValueError: as :func:`span_blocks_figure`.
+    """
+    bl = _check_blocks(blocks)
+    # ‖M‖_F = sqrt(Σ M_ij²) — einsum, not np.linalg.norm (a BLAS dot that may wait on worker threads)
+    frob = [float(np.sqrt(np.einsum("ij,ij->", b["block"], b["block"]))) for b in bl]
+    total_block = sum(b["block"] for b in bl)
+    total = float(np.sqrt(np.einsum("ij,ij->", total_block, total_block))) or 1.0
+    cells = [_block_mean(b["block"], max_cells) for b in bl]
+    z = [c.astype(np.float32) for c, _ in cells]
+    # The color range: the 99th percentile of |cells| over all (unscaled) blocks. dS of one head has a few
+    # entries far larger than the rest: a range set by the largest would leave every block nearly white.
+    magnitudes = np.abs(np.concatenate([c.ravel() for c in z]))
+    zmax = float(np.percentile(magnitudes, 99)) or float(magnitudes.max()) or 1.0
+    # Every block on one pair of axes (one plotly subplot redraws several times faster than eight): block (r, c)
+    # of the grid sits at (c·span, r·span) in token units, span = T + a gap for its title.
+    T = bl[0]["block"].shape[0]
+    orders, n_cols, grid = _block_grid(bl)
+    span = T + max(2, T // 4)
+    pos = cells[0][1]
+    return {"names": [b["name"] for b in bl], "orders": [b["order"] for b in bl], "z": z, "pos": pos,
+            "x": [(c - 1) * span + pos for _, c in grid], "y": [(r - 1) * span + pos for r, _ in grid],
+            "grid": {"cells": grid, "rows": len(orders), "cols": n_cols, "span": span},
+            "rel": np.array(frob) / total, "zmax": zmax, "T": T}
+
+
+def _check_alphas(alphas: Sequence[float] | None) -> tuple[float, ...]:
+    alphas = (1.0, 1.0, 1.0, 1.0) if alphas is None else tuple(float(a) for a in alphas)
+    if len(alphas) != 4:
+        raise ValueError(f"alphas must be 4 numbers (α0..α3), got {alphas!r}")
+    return alphas
+
+
+def span_block_shown(z: np.ndarray, alpha: float) -> tuple[np.ndarray, float]:
+    """(heatmap, opacity) of one block at α: α·block, opaque — or, at α = 0, the unscaled block faded
+    (:data:`DIM_OPACITY`). The browser's α rescaling (spanviz/static/block_scaler.js) does the same."""
+    return (z, DIM_OPACITY) if alpha == 0 else ((z if alpha == 1 else alpha * z), 1.0)
+
+
+def span_blocks_traces(cells: Mapping[str, Any], alphas: Sequence[float] | None = None) -> list[Trace]:
+    """:func:`span_blocks_data` from :func:`span_block_cells`: α only rescales cached cells (a few microseconds)."""
+    alphas = _check_alphas(alphas)
+    orders = cells["orders"]
+    traces: list[Trace] = []
+    for name, order, z in zip(cells["names"], orders, cells["z"]):
+        shown, opacity = span_block_shown(z, alphas[order])
+        traces.append({"type": "heatmap", "z": shown, "x": cells["x"][len(traces)], "y": cells["y"][len(traces)],
+                       "coloraxis": "coloraxis", "name": name, "opacity": opacity,
+                       "hovertemplate": f"{name}: %{{z:.3g}}<extra></extra>"})
+    scale = np.array([abs(alphas[o]) for o in orders])
+    traces.append(
+        {"type": "bar", "x": list(cells["names"]), "y": cells["rel"], "name": "‖block‖/‖dS‖",
+         "marker": {"color": "lightgray"}, "xaxis": "x2", "yaxis": "y2"}
+    )
+    traces.append(
+        {"type": "bar", "x": list(cells["names"]), "y": cells["rel"] * scale, "name": "‖α·block‖/‖dS‖",
+         "marker": {"color": [ORDER_COLORS[o] for o in orders]}, "xaxis": "x2", "yaxis": "y2"}
+    )
+    return traces
+
 
 def span_blocks_data(
     blocks: Sequence[Mapping[str, Any]], alphas: Sequence[float] | None = None, max_cells: int = SPAN_BLOCK_CELLS
 ) -> list[Trace]:
     """Traces of :func:`span_blocks_figure`: one heatmap per block (input order), then two bar traces."""
-    bl = _check_blocks(blocks)
-    alphas = (1.0, 1.0, 1.0, 1.0) if alphas is None else tuple(float(a) for a in alphas)
-    if len(alphas) != 4:
-        raise ValueError(f"alphas must be 4 numbers (α0..α3), got {alphas!r}")
-    total = np.linalg.norm(sum(b["block"] for b in bl)) or 1.0
-    names = [b["name"] for b in bl]
-    traces: list[Trace] = []
-    for b in bl:
-        z, pos = _block_mean(alphas[b["order"]] * b["block"], max_cells)
-        traces.append({"type": "heatmap", "z": z, "x": pos, "y": pos, "coloraxis": "coloraxis", "name": b["name"]})
-    rel = np.array([np.linalg.norm(b["block"]) / total for b in bl])
-    scale = np.array([abs(alphas[b["order"]]) for b in bl])
-    colors = [ORDER_COLORS[b["order"]] for b in bl]
-    traces.append(
-        {"type": "bar", "x": names, "y": rel, "name": "‖block‖/‖dS‖", "marker": {"color": "lightgray"}}
-    )
-    traces.append(
-        {"type": "bar", "x": names, "y": rel * scale, "name": "‖α·block‖/‖dS‖", "marker": {"color": colors}}
-    )
-    return traces
+    _check_alphas(alphas)
+    return span_blocks_traces(span_block_cells(blocks, max_cells), alphas)
 
 
 def span_block_title(name: str, order: int, alpha: float) -> str:
@@ -97,50 +151,47 @@ def span_blocks_figure(
             blocks sum to dS). Rows follow ascending order, columns the input order within an order.
         alphas: (α0, α1, α2, α3); heatmaps show α_order · block on a color scale fixed by the *unscaled*
             blocks (so a small α visibly fades its blocks): ± the 99th percentile of their |entries| (larger
-            ones saturate). None = all ones.
+            ones saturate); a block whose α is 0 shows its unscaled pattern faded (:func:`span_block_shown`).
+            None = all ones.
         title: figure title.
         max_cells: heatmap cells per side; a larger T shows means of f×f entries (:data:`SPAN_BLOCK_CELLS`).
     Returns:
-        Figure with len(blocks) heatmaps (rows i = query, columns j = key) and 2 bar traces: ‖block‖_F/‖dS‖_F
-        (gray) and ‖α·block‖_F/‖dS‖_F (colored by order).
+        Figure with len(blocks) heatmaps (rows i = query, columns j = key), all on one pair of axes, block (r, c)
+        of the grid offset by (c, r) times T plus a gap (see :func:`span_block_cells`) — a figure of one subplot
+        redraws several times faster in the browser than one subplot per block —, each titled by an annotation
+        "S2 (order 1) ×α"; and 2 bar traces on their own axes: ‖block‖_F/‖dS‖_F (gray) and ‖α·block‖_F/‖dS‖_F
+        (colored by order).
     Raises:
         ValueError: missing keys, non-2-D or mismatched blocks, order outside 0..3, alphas not of length 4.
     """
     bl = _check_blocks(blocks)
-    traces = span_blocks_data(bl, alphas, max_cells)
-    orders, n_cols, cells = _block_grid(bl)
-    n_rows = len(orders)
-    specs: list[list[dict | None]] = [[{} for _ in range(n_cols)] + [None] for _ in range(n_rows)]
-    specs[0][-1] = {"rowspan": n_rows}
-    a = (1.0, 1.0, 1.0, 1.0) if alphas is None else tuple(alphas)
-    titles_by_cell = {cell: span_block_title(b["name"], b["order"], a[b["order"]]) for cell, b in zip(cells, bl)}
-    subplot_titles = []
-    for r in range(1, n_rows + 1):
-        subplot_titles += [titles_by_cell.get((r, c), "") for c in range(1, n_cols + 1)]
-        if r == 1:
-            subplot_titles.append("block norms")
-    fig = make_subplots(
-        rows=n_rows,
-        cols=n_cols + 1,
-        specs=specs,
-        subplot_titles=subplot_titles,
-        column_widths=[1.0] * n_cols + [1.3],
-        horizontal_spacing=0.04,
-        vertical_spacing=0.06,
-    )
-    for trace, (r, c) in zip(traces, cells):
-        fig.add_trace(trace, row=r, col=c)
-        fig.update_xaxes(showticklabels=False, row=r, col=c)
-        fig.update_yaxes(showticklabels=False, autorange="reversed", scaleanchor=None, row=r, col=c)
-    for trace in traces[len(bl) :]:
-        fig.add_trace(trace, row=1, col=n_cols + 1)
-    # The color range: the 99th percentile of |entries| over all (unscaled) blocks. dS of one head has a few
-    # entries far larger than the rest: a range set by the largest would leave every block nearly white.
-    magnitudes = np.abs(np.concatenate([_block_mean(b["block"], max_cells)[0].ravel() for b in bl]))
-    zmax = float(np.percentile(magnitudes, 99)) or float(magnitudes.max()) or 1.0
+    cells = span_block_cells(bl, max_cells)
+    a = _check_alphas(alphas)
+    grid, T = cells["grid"], cells["T"]
+    span, n_rows, n_cols = grid["span"], grid["rows"], grid["cols"]
+    heat = n_cols / (n_cols + 1.3)  # the heatmaps' share of the width; the bars get the rest
+    # Titles above each block (in data units, so they stay with their block), and one over the bars.
+    annotations = [
+        {"text": span_block_title(b["name"], b["order"], a[b["order"]]), "x": (c - 1) * span + (T - 1) / 2,
+         "y": (r - 1) * span - 1, "xref": "x", "yref": "y", "xanchor": "center", "yanchor": "bottom",
+         "showarrow": False, "font": {"size": 13}}
+        for b, (r, c) in zip(bl, grid["cells"])
+    ]
+    annotations.append({"text": "block norms", "x": heat + 0.04 + (1 - heat - 0.04) / 2, "y": 1.0, "xref": "paper",
+                        "yref": "paper", "xanchor": "center", "yanchor": "bottom", "showarrow": False,
+                        "font": {"size": 13}})
+    hidden = {"showticklabels": False, "showgrid": False, "zeroline": False, "ticks": ""}
+    zmax = cells["zmax"]
+    fig = go.Figure(data=span_blocks_traces(cells, a))
     fig.update_layout(
-        title=title or "score-gradient blocks (rows: order = number of ⊥ projections; colors clip at the 99th "
-                       f"percentile of |entries|{_cells_note(bl[0]['block'].shape[0], max_cells)})",
+        title=title or "score-gradient blocks (rows: order = number of ⊥ projections; faded: α = 0, the block is "
+                       "removed; colors clip at the 99th percentile of |entries|"
+                       f"{_cells_note(T, max_cells)})",
+        xaxis={**hidden, "domain": [0.0, heat], "range": [-0.5, n_cols * span - span + T - 0.5]},
+        yaxis={**hidden, "range": [n_rows * span - span + T - 0.5, -(span - T) - 0.5]},  # reversed: row 0 on top
+        xaxis2={"domain": [heat + 0.04, 1.0], "anchor": "y2"},
+        yaxis2={"anchor": "x2"},
+        annotations=annotations,
         coloraxis={
             "colorscale": "RdBu", "cmid": 0.0, "cmin": -zmax, "cmax": zmax, "colorbar": {"x": -0.08, "len": 0.8}
         },
@@ -148,6 +199,7 @@ def span_blocks_figure(
         height=170 * n_rows + 80,
         margin={"l": 60, "r": 10, "t": 60, "b": 40},
         legend={"orientation": "h", "y": -0.08},
+        plot_bgcolor="white",
     )
     return fig
 

@@ -16,6 +16,8 @@ The package, one file per job (every name is re-exported here: ``from spanviz.sp
 
 * :mod:`~spanviz.spans.core` — the technique, read top to bottom: the projector Π_X, the blocks, α scaling of
   the score gradient in the backward pass, the qk4 closed form;
+* :mod:`~spanviz.spans.fused` — the fast path of the same transform: fused attention forward, the α-scaled dQ, dK
+  from rows recomputed in chunks in the backward (:func:`span_attention`);
 * :mod:`~spanviz.spans.hooks` — :func:`build_grad_fns`, the backward transforms the model installs;
 * :mod:`~spanviz.spans.config` — :class:`SpanConfig`, the presets and slots, the paper's α brackets
   ("[1000]"), the block names S1..S2ⁿ.
@@ -52,7 +54,8 @@ from spanviz.spans.core import (
     scale_qk_grad,
     scale_score_grad,
 )
-from spanviz.spans.hooks import QKGradFn, ScoreGradFn, build_grad_fns
+from spanviz.spans.fused import span_attention
+from spanviz.spans.hooks import QKGradFn, ScoreGradFn, ScoreTransform, build_grad_fns
 from spanviz.spans.diagnostics import decompose, gram_condition, order_energy_share, principal_angle_cosines, ridge_bias
 from spanviz.spans.probes import (
     LayerBlocks,
@@ -65,8 +68,8 @@ from spanviz.spans.probes import (
 
 __all__ = [
     "BASES", "CUSTOM", "DEFAULT_RIDGE", "MAX_SLOTS", "METHODS", "PRESETS", "PRESET_SLOTS", "QKGradFn", "QK_SIDES",
-    "SIDES", "LayerBlocks", "ScoreGradCapture", "ScoreGradFn", "Slot", "SpanConfig", "SpanProbe", "SpanProjector",
+    "SIDES", "LayerBlocks", "ScoreGradCapture", "ScoreGradFn", "ScoreTransform", "Slot", "SpanConfig", "SpanProbe", "SpanProjector",
     "block_bits", "block_formulas", "block_names", "block_orders", "block_table", "build_grad_fns",
     "capture_score_grads", "decompose", "grad_alignment", "gram_condition", "order_energy_share", "parse_alphas",
-    "principal_angle_cosines", "ridge_bias", "scale_qk_grad", "scale_score_grad", "score_grad_blocks",
+    "principal_angle_cosines", "ridge_bias", "scale_qk_grad", "scale_score_grad", "score_grad_blocks", "span_attention",
 ]

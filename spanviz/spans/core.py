@@ -102,16 +102,21 @@ class SpanProjector:
         return M if self.identity else (M @ self.X) @ self.pinv
 
 
-def _ridge_pinv(X: Tensor, ridge: float) -> Tensor:
-    """(XᵀX + λI)⁻¹ Xᵀ with λ = ridge·tr(XᵀX)/d; X (..., T, d) → (..., d, T)."""
-    Xt = X.transpose(-2, -1)  # (..., d, T), a view: matmul and the solves take it without a copy
-    gram = Xt @ X  # (..., d, d)
+def _ridge_gram(X: Tensor, ridge: float) -> Tensor:
+    """XᵀX + λI with λ = ridge·tr(XᵀX)/d; X (..., T, d) → (..., d, d)."""
+    gram = X.transpose(-2, -1) @ X  # (..., d, d)
     d = gram.shape[-1]
     # λ = ε·tr(XᵀX)/d
     lam = ridge * gram.diagonal(dim1=-2, dim2=-1).sum(-1) / d  # (...,)
     gram.diagonal(dim1=-2, dim2=-1).add_(lam[..., None])
+    return gram
+
+
+def _ridge_pinv(X: Tensor, ridge: float) -> Tensor:
+    """(XᵀX + λI)⁻¹ Xᵀ with λ = ridge·tr(XᵀX)/d; X (..., T, d) → (..., d, T)."""
+    Xt = X.transpose(-2, -1)  # (..., d, T), a view: matmul and the solves take it without a copy
     # XᵀX + λI = L Lᵀ
-    chol, info = torch.linalg.cholesky_ex(gram)  # (..., d, d), (...,)
+    chol, info = torch.linalg.cholesky_ex(_ridge_gram(X, ridge))  # (..., d, d), (...,)
     # (L Lᵀ)⁻¹ Xᵀ = L⁻ᵀ (L⁻¹ Xᵀ): two triangular solves — what cholesky_solve does (bit for bit on CPU), but
     # 3.5× faster on an H100 at (B 8, H 4, T 1024, d 64), where batched cholesky_solve took 0.50 ms.
     pinv = torch.linalg.solve_triangular(chol.mT, torch.linalg.solve_triangular(chol, Xt, upper=False), upper=True)

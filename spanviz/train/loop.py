@@ -40,6 +40,7 @@ import torch
 from torch import Tensor
 
 from spanviz import data as data_lib
+from spanviz.memory import keep_freed_memory
 from spanviz.model import GPTConfig, TinyGPT
 from spanviz.modes import eval_mode
 from spanviz.train.callbacks import Probe, ProbeSet, ProgressBar
@@ -69,7 +70,7 @@ def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: Tensor, 
         group["lr"] = lr
     model.train()
     with autocast or nullcontext():
-        _, loss = model(x, y)  # (B, T) ids → mean cross-entropy, a scalar
+        _, loss = model(x, y, return_logits=False)  # (B, T) ids → mean cross-entropy, a scalar
     train_loss = loss.item()
     if not math.isfinite(train_loss):
         return train_loss, None  # stop before the backward pass: nothing to learn from
@@ -128,6 +129,7 @@ class Trainer:
     ) -> None:
         self.device = check_runnable(model_cfg, train_cfg)
         check_data(data, model_cfg)
+        keep_freed_memory()  # every step frees and re-allocates the same buffers: keep them mapped (once per process)
         self._probe_set = ProbeSet(probes)
         self.probes = self._probe_set.probes
         self.callbacks = list(callbacks)
@@ -402,6 +404,6 @@ class Trainer:
         with eval_mode(self.model):
             for x, y in self.eval_batches:
                 with self._autocast():
-                    _, loss = self.model(x, y)  # x, y: (B, T) → scalar
+                    _, loss = self.model(x, y, return_logits=False)  # x, y: (B, T) → scalar
                 losses.append(loss.float())
         return torch.stack(losses).mean().item()

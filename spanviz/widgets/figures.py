@@ -53,7 +53,7 @@ def _display_bundle(fig: go.Figure) -> dict[str, Any]:
     }
 
 
-DATA_KEYS = frozenset({"x", "y", "z", "i", "j", "k", "text", "customdata", "name"})
+DATA_KEYS = frozenset({"x", "y", "z", "i", "j", "k", "text", "customdata", "name", "opacity"})
 """Trace properties a live update pushes; everything else (styles, axes, colors) is set when the figure is
 built and is assumed to follow from the trace structure (a different structure rebuilds the figure)."""
 
@@ -98,11 +98,20 @@ class FigureView:
     def figure(self) -> go.Figure:
         return go.Figure(data=self.data, layout=self.layout)
 
-    def _render(self) -> None:
+    def _render(self, redraw: bool = True) -> None:
         if self.static:
             self.widget.outputs = (_display_bundle(self.figure),)
         else:
-            self.widget.show(self.data, self.layout)
+            self.widget.show(self.data, self.layout, redraw=redraw)
+
+    def show(self, data: Sequence[Mapping[str, Any]], layout: Mapping[str, Any], redraw: bool = True) -> None:
+        """Show this whole state: trace dicts and a layout dict (e.g. a cached figure's, with new data) — no
+        ``go.Figure`` is built. ``redraw=False``: the page has drawn it already (see
+        :meth:`~spanviz.figure_widget.PlotlyFigure.show`); a static view always re-renders."""
+        with self._lock:
+            self.updates += 1
+            self.data, self.layout = [dict(t) for t in data], dict(layout)
+            self._render(redraw)
 
     def _matches(self, data: Sequence[Mapping[str, Any]]) -> bool:
         if len(data) != len(self.data):

@@ -2,21 +2,39 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import ipywidgets as W
+from threadpoolctl import ThreadpoolController
 
 from spanviz.model import GPTConfig
 from spanviz.runner import Runner, TrainerLike
+from spanviz.threads import torch_threads
 from spanviz.train import TrainConfig
 from spanviz.widgets.figures import FigureView, use_static
 from spanviz.widgets.training import LiveView, RunSpec, TrainingPanel, default_train_cfg
 
 ANALYTIC_THREADS = 1
-"""torch intra-op threads for the panels' analytic views (decompositions, masks, bounds): their tensors are tiny,
-and on a busy CPU more threads spin-wait for each other — a 1 ms decomposition took 0.3–0.5 s with 2 threads
-on a loaded 2-core machine."""
+"""torch intra-op threads and numpy BLAS threads for the panels' analytic views (decompositions, masks, bounds):
+their tensors are tiny, and on a busy CPU more threads spin-wait for each other — a 1 ms decomposition took
+0.3–0.5 s with 2 threads on a loaded 2-core machine, and numpy's norms of a T 128 block ran on two OpenBLAS
+threads that waited on each other (45 ms per α move against 6.8 ms on one)."""
+
+_BLAS: ThreadpoolController | None = None
+
+
+@contextlib.contextmanager
+def analytic_threads() -> Iterator[None]:
+    """Within the block, torch and numpy's BLAS (and OpenMP) pools use :data:`ANALYTIC_THREADS` threads, restored
+    afterwards — what every panel callback runs under, so no slider waits on a worker thread. The pools are found
+    once per process (threadpoolctl, about 25 ms); each use then costs microseconds."""
+    global _BLAS
+    if _BLAS is None:
+        _BLAS = ThreadpoolController()
+    with torch_threads(ANALYTIC_THREADS), _BLAS.limit(limits=ANALYTIC_THREADS, user_api="blas"):
+        yield
 
 DEFAULT_PANEL_MODEL = GPTConfig(vocab_size=8192, context_length=64, n_layer=2, n_head=4, d_model=128)
 """The panels' model when none is given: the notebook size (d_head 32 < T 64, so spans are non-trivial)."""

@@ -12,14 +12,16 @@ import plotly.graph_objects as go
 import torch
 
 from spanviz import plots
+from spanviz.figure_widget import figure_state
 from spanviz.model import GPTConfig
 from spanviz.runner import TrainerLike
 from spanviz.spans import PRESETS, SpanConfig, SpanProbe
 from spanviz.train import TrainConfig
 from spanviz.spans.view import ScoreGradientViews
 from spanviz.widgets import captions
+from spanviz.widgets.block_scaler import BlockScaler
 from spanviz.widgets.figures import FigureView, computing, side_by_side, slider
-from spanviz.widgets.panel import ANALYTIC_THREADS, Panel
+from spanviz.widgets.panel import ANALYTIC_THREADS, Panel, analytic_threads
 from spanviz.widgets.training import LOSS_VIEW, History, LiveView, RunSpec
 
 
@@ -71,14 +73,22 @@ class SpansPanel(Panel):
         c["preset"] = W.Dropdown(options=list(PRESETS), value="kv8", description="preset")
         c["layer"] = W.Dropdown(options=list(range(self.model_cfg.n_layer)), value=0, description="layer")
         c["head"] = W.Dropdown(options=list(range(self.model_cfg.n_head)), value=0, description="head")
-        self._load_head()
+        self._cells: dict[tuple[str, int, int], dict[str, Any]] = {}  # span_block_cells per (preset, layer, head)
+        self._templates: dict[tuple[Any, ...], tuple[list[dict[str, Any]], dict[str, Any]]] = {}
         self.toy = plots.span_toy(seed=seed)
-        figures = {
-            "blocks": plots.span_blocks_figure(self._blocks, self.alphas),
-            "toy": plots.span_toy_figure(self.toy, self.alphas[:2]),
-            "angles": plots.subspace_angles_figure(self._angles()),
-        }
+        with analytic_threads():
+            self._load_head()
+            blocks_state = self._blocks_state()
+            figures = {
+                "toy": plots.span_toy_figure(self.toy, self.alphas[:2]),
+                "angles": plots.subspace_angles_figure(self._angles()),
+            }
+        self.views["blocks"] = FigureView(go.Figure(*blocks_state), static=self.static, name="blocks")
         self.views.update({name: FigureView(fig, static=self.static, name=name) for name, fig in figures.items()})
+        self.scaler: BlockScaler | None = None
+        if not self.static:  # α in the browser: the page rescales the blocks itself (see BlockScaler)
+            self.scaler = BlockScaler(self.views["blocks"].widget, [c[f"alpha{i}"] for i in range(4)])
+            self.scaler.set_cells(self._cells[self._key()], self.views["blocks"].layout)
         for name in ("alpha0", "alpha1", "alpha2", "alpha3"):
             c[name].observe(lambda _ch: self.update_alphas(), names="value")
         for name in ("preset", "layer", "head"):
@@ -105,6 +115,7 @@ class SpansPanel(Panel):
             side_by_side((self.views["toy"].widget, "55%"), (self.views["angles"].widget, "45%")),
             self.angles_caption,
             self.training.widget,
+            *([self.scaler] if self.scaler is not None else []),
         ])
 
     # ------------------------------------------------------------------------------------- analytic views
@@ -113,30 +124,53 @@ class SpansPanel(Panel):
         """(α0, α1, α2, α3) from the sliders."""
         return tuple(float(self.controls[f"alpha{i}"].value) for i in range(4))  # type: ignore[return-value]
 
+    def _key(self) -> tuple[str, int, int]:
+        return tuple(self.controls[n].value for n in ("preset", "layer", "head"))  # type: ignore[return-value]
+
     def _load_head(self) -> None:
-        preset, layer, head = (self.controls[n].value for n in ("preset", "layer", "head"))
+        """The blocks of the picked preset/layer/head and their α-independent heatmaps and norms (cached)."""
+        preset, layer, head = key = self._key()
         self._blocks = self.grads.blocks(preset, layer, head)
+        if key not in self._cells:
+            self._cells[key] = plots.span_block_cells(self._blocks)
+
+    def _blocks_state(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The blocks figure at the current α as (traces, layout): the figure of this block structure is built
+        once (plotly's subplots take tens of ms), afterwards only its data, titles and colour range change."""
+        cells, a = self._cells[self._key()], self.alphas
+        shape = (tuple(cells["orders"]), tuple(cells["names"]), cells["T"])
+        if shape not in self._templates:
+            self._templates[shape] = figure_state(plots.span_blocks_figure(self._blocks, a))
+        data, layout = self._templates[shape]
+        traces = [{**t, **new} for t, new in zip(data, plots.span_blocks_traces(cells, a))]
+        titles = {n: plots.span_block_title(n, o, a[o]) for n, o in zip(cells["names"], cells["orders"])}
+        annotations = [{**x, "text": titles.get(x.get("text", "").split(" ")[0], x.get("text", ""))}
+                       for x in layout.get("annotations", [])]
+        coloraxis = {**layout.get("coloraxis", {}), "cmin": -cells["zmax"], "cmax": cells["zmax"]}
+        return traces, {**layout, "annotations": annotations, "coloraxis": coloraxis}
 
     def _angles(self) -> dict[str, np.ndarray]:
         return self.grads.angles(self.controls["layer"].value, self.controls["head"].value)
 
     def update_alphas(self) -> None:
-        """Redraw the views that depend on α only (cached blocks rescaled, their titles say the α; the toy)."""
-        a, view = self.alphas, self.views["blocks"]
-        titles = {b["name"]: plots.span_block_title(b["name"], b["order"], a[b["order"]]) for b in self._blocks}
-        annotations = [{**x, "text": titles.get(x["text"].split(" ")[0], x["text"])}
-                       for x in view.layout.get("annotations", [])]
-        view.update(plots.span_blocks_data(self._blocks, a), build=lambda: plots.span_blocks_figure(self._blocks, a),
-                    layout={"annotations": annotations})
-        self.views["toy"].update(plots.span_toy_data(self.toy, a[:2]))
+        """Redraw the views that depend on α only (cached blocks rescaled, their titles say the α; the toy). When
+        the page rescales the blocks itself (:class:`BlockScaler`), the kernel only keeps the state in step."""
+        with analytic_threads():
+            live = self.scaler is not None and self.scaler.live
+            self.views["blocks"].show(*self._blocks_state(), redraw=not live)
+            if not live and self.scaler is not None:
+                self.scaler.sync_revision()
+            self.views["toy"].update(plots.span_toy_data(self.toy, self.alphas[:2]))
 
     def update_head(self) -> None:
-        """Recompute the blocks for the picked preset/layer/head and redraw (saying "computing…" meanwhile)."""
-        with computing(self.busy, "the blocks"):
+        """Recompute the blocks for the picked preset/layer/head and redraw (saying "computing…" meanwhile).
+        Blocks are cached per (preset, layer), heatmaps per head and figures per block structure, so a preset,
+        layer or head seen before costs no tensor work and no figure construction."""
+        with computing(self.busy, "the blocks"), analytic_threads():
             self._load_head()
-            a = self.alphas
-            self.views["blocks"].update(plots.span_blocks_data(self._blocks, a),
-                                        build=lambda: plots.span_blocks_figure(self._blocks, a))
+            self.views["blocks"].show(*self._blocks_state())
+            if self.scaler is not None:
+                self.scaler.set_cells(self._cells[self._key()], self.views["blocks"].layout)
             self.views["angles"].update(plots.subspace_angles_data(self._angles()))
             self.angles_caption.value = self._angles_caption()
             if self.training.runner.histories:

@@ -1,0 +1,309 @@
+"""The fast path of the score transform: fused attention forward, the α-scaled backward from recomputed rows.
+
+:mod:`spanviz.spans.core` defines the technique on the score gradient itself: dS' = Σ_blocks w_block · block,
+block = L_a · dS · R_c, applied to ∂L/∂S of the explicit (B, H, T, T) scores. That needs the whole score matrix
+in float32 twice (S and its gradient) and loses the fused attention kernel. This file computes the *same
+gradients* without either, and is what a model trains with (the definition stays the reference it is tested
+against, for every preset, α and custom slot list).
+
+Notation as in :mod:`spanviz.spans.core`; s = 1/√d. Left slots l_1..l_m (list order) give L_a = F_{l1} ⋯ F_{lm},
+right slots r_1..r_n give R_c = F_{rn} ⋯ F_{r1} (the first slot on each side is outermost), F = Π or Π^⊥ by
+the bit; every F is symmetric. The score transform only reaches Q and K through dQ = dS' K s and dK = dS'ᵀ Q s:
+
+    dQ = s Σ_{a,c} w(a,c) · L_a (dS (R_c K)),          dK = s Σ_{a,c} w(a,c) · R_cᵀ (dSᵀ (L_aᵀ Q)).
+
+Grouping the sums by the right bits c (or, when there are fewer left slots, by the left bits a), dS is only
+ever multiplied by a few (T, d) matrices:
+
+    dQ = s Σ_c [Σ_a w(a,c) L_a] (dS Y_c),  Y_c = R_c K;     dK = s Σ_c R_cᵀ (dSᵀ Z_c),  Z_c = Σ_a w(a,c) L_aᵀ Q,
+
+and every projection acts on a (T, d) matrix — O(T d²), against the O(T² d) of the products with dS. A group
+whose weights are all 0 is skipped: kv8 [1000] multiplies dS by one matrix on each side, as plain attention
+does (Y = Π_V K, Z = Π_V Π_K Q).
+
+dS itself is rebuilt in query-row chunks from the saved q, k, v and output O, as flash attention's backward
+does: for rows r, P_r = softmax(S_r + M_r) (recomputed), dP_r = dO_r Vᵀ, dS_r = P_r ⊙ (dP_r − rowsum(dO_r ⊙ O_r)),
+dV += P_rᵀ dO_r, G_Q[r] = dS_r Y, G_K += dS_rᵀ Z[r]. Only keys j < end of the chunk are read: every spanviz mask
+is causal (M_ij = −inf for j > i). So no (B, H, T, T) tensor lives at any time, and the forward is whatever the
+model's fused attention computes — bit-identical for every α. When every block weight equals one number a,
+dS' = a·dS: the fused kernel's own backward runs, with dQ and dK scaled by a ([1111] is then exactly plain
+training).
+
+Precision: every product and the softmax in float32 (float64 for float64 input), also under bf16 autocast;
+gradients are returned in the inputs' dtype. No host synchronisation in the backward on any device for T > d
+(:func:`_projector` needs no Cholesky fallback).
+
+Source: spanviz (the recomputation is flash attention's backward; the grouping is linear algebra on
+:mod:`spanviz.spans.core`'s definition).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from spanviz.spans.config import SpanConfig, block_bits
+from spanviz.spans.core import SpanProjector, _compute_dtype, _no_autocast, _ridge_gram
+
+Attend = Callable[[Tensor, Tensor, Tensor], Tensor]
+"""``attend(q, k, v) -> y``: the model's fused attention, (B, H, T, d_head) → (B, H, T, d_v)."""
+
+CHUNK_ELEMENTS = {"cpu": 2**20, "default": 2**24}
+"""Elements of one (b, H, rows, keys) float32 tensor of the backward, per device type: 4 MB on a CPU (tiles
+from 1 to 16 batch elements timed alike on a 2-core machine at T 512), 64 MB on an accelerator (fewer, larger
+kernels; the whole (B, H, T, T) only when it is that small)."""
+
+
+# --------------------------------------------------------------------------------------- the projector
+
+def _projector(X: Tensor, ridge: float) -> Callable[[Tensor], Tensor]:
+    """M ↦ Π_X M for M (..., T, m): :class:`~spanviz.spans.core.SpanProjector`'s projector (same ridge), as
+    X (G⁻¹ (Xᵀ M)) with G = XᵀX + λI — for the (T, d) matrices of the fast path that is cheaper than forming X⁺
+    (d×T), and it is two matrix products in the input dtype plus one d×d product.
+
+    G⁻¹ is formed once, in float64 (float32 on MPS, which has no float64), from its Cholesky factor: cond(G) is
+    at most about d/ε (the ridge), far below float64's 1/eps, so the factorisation cannot fail for a finite
+    X ≠ 0 — where the definition in float32 may fall back on ``pinv`` — and X = 0 gets Π = 0 from a tiny floor on
+    the diagonal. No branch, no host synchronisation, no batched ``cholesky_solve`` (slow on a GPU). For T ≤ d
+    the definition's own projector runs (Π = I for full-rank X; its rank check synchronises on an accelerator —
+    a teaching-sized case).
+    """
+    T, d = X.shape[-2:]
+    if T <= d:
+        return SpanProjector(X, ridge, X.dtype).left
+    wide = torch.float32 if X.device.type == "mps" else torch.float64
+    gram = _ridge_gram(X, ridge).to(wide)  # (..., d, d)
+    gram.diagonal(dim1=-2, dim2=-1).add_(torch.finfo(wide).tiny ** 0.5)  # X = 0: G = floor·I, Π M = 0
+    chol = torch.linalg.cholesky_ex(gram)[0]  # G = L Lᵀ
+    eye = torch.eye(d, dtype=wide, device=X.device)
+    L_inv = torch.linalg.solve_triangular(chol, eye, upper=False)  # (..., d, d)
+    G_inv = L_inv.mT @ L_inv  # G⁻¹ = L⁻ᵀ L⁻¹
+
+    def left(M: Tensor) -> Tensor:
+        # Π_X M = X (G⁻¹ (Xᵀ M))
+        return X @ (G_inv @ (X.mT @ M).to(wide)).to(X.dtype)
+
+    return left
+
+
+# --------------------------------------------------------------------------------------- the grouping
+
+def _weights(cfg: SpanConfig) -> dict[tuple[int, ...], float]:
+    """w(bits) of every block, bits in slot-list order."""
+    return dict(zip(block_bits(cfg.slots), cfg.block_weights()))
+
+
+def _split(bits: tuple[int, ...], sides: Sequence[str]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(a, c): the bits of the left slots and of the right slots, each in slot-list order."""
+    return (tuple(b for b, s in zip(bits, sides) if s == "left"), tuple(b for b, s in zip(bits, sides) if s == "right"))
+
+
+Ops = Sequence[Callable[[Tensor], Tensor]]
+Weights = dict[tuple[int, ...], float]
+
+
+def _combine(M: Tensor, ops: Ops, w: Weights) -> Tensor | None:
+    """Σ_bits w(bits) · F_1^{b1}(F_2^{b2}(⋯ F_n^{bn}(M))), ``ops`` = [F_1 … F_n] (the first outermost; F^0 = Π,
+    F^1 = Π^⊥, applied as M − ΠM); weights not in ``w`` are 0. Only the projections a non-zero weight needs are
+    made, and none where both halves carry the same weights (Π M + Π^⊥ M = M). None when every weight is 0."""
+    if not any(w.values()):
+        return None
+    if not ops:
+        a = w.get((), 0.0)
+        return M if a == 1 else a * M
+    *outer, inner = ops
+    w_par = {bits[:-1]: x for bits, x in w.items() if bits[-1] == 0}
+    w_perp = {bits[:-1]: x for bits, x in w.items() if bits[-1] == 1}
+    if {b: x for b, x in w_par.items() if x} == {b: x for b, x in w_perp.items() if x}:
+        return _combine(M, outer, w_par)
+    par = inner(M)
+    terms = [_combine(par, outer, w_par), _combine(M - par, outer, w_perp) if any(w_perp.values()) else None]
+    terms = [t for t in terms if t is not None]
+    return None if not terms else terms[0] if len(terms) == 1 else terms[0] + terms[1]
+
+
+def _combine_inner_first(M: Tensor, ops: Ops, w: Weights) -> Tensor | None:
+    """As :func:`_combine` with the first op innermost: Σ w(bits) · F_n^{bn}(⋯ F_1^{b1}(M)), bits in ``ops`` order."""
+    return _combine(M, list(ops)[::-1], {bits[::-1]: x for bits, x in w.items()})
+
+
+def _plan(cfg: SpanConfig, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Callable[..., tuple[Tensor, Tensor]]]:
+    """The matrices dS and dSᵀ are multiplied by, and how dQ and dK are assembled from the products.
+
+    Args: cfg; q, k, v (B, H, T, d) in the compute dtype.
+    Returns:
+        (Y, Z, finish): Y (B, H, T, g·d) = [Y_1 … Y_g] and Z (B, H, T, g·d) = [Z_1 … Z_g], the g groups side
+        by side; ``finish(G_Q, G_K)`` with G_Q = dS Y, G_K = dSᵀ Z (B, H, T, g·d) returns (dQ, dK) / s.
+    """
+    sides = [side for side, _ in cfg.slots]
+    tensors = {"Q": q, "K": k, "V": v}
+    projectors = {basis: _projector(tensors[basis], cfg.ridge) for basis in {b for _, b in cfg.slots}}
+    ops = [projectors[basis] for _, basis in cfg.slots]  # M ↦ Π M on (T, d) matrices, whatever the side
+    left = [op for op, side in zip(ops, sides) if side == "left"]
+    right = [op for op, side in zip(ops, sides) if side == "right"]
+    w = {_split(bits, sides): weight for bits, weight in _weights(cfg).items()}  # w[(a, c)]
+    by_right = len(right) <= len(left)  # group by the side with fewer slots: fewer products with dS
+    # For each group g (bits of the grouping side), the weights over the other side's bits
+    group_w: dict[tuple[int, ...], Weights] = {}
+    for (a, c), x in w.items():
+        g, other = (c, a) if by_right else (a, c)
+        group_w.setdefault(g, {})[other] = x
+    groups = [g for g in sorted(group_w) if any(group_w[g].values())]  # all-zero groups never reach dQ, dK
+    if not groups:  # every weight 0: dS' = 0
+        zero = torch.zeros_like(q)
+        return zero[..., :0], zero[..., :0], lambda GQ, GK: (zero, zero)
+    if by_right:  # Y_c = R_c K,  Z_c = Σ_a w(a,c) L_aᵀ Q
+        Y = [_combine_inner_first(k, right, {c: 1.0}) for c in groups]
+        Z = [_combine_inner_first(q, left, group_w[c]) for c in groups]
+    else:  # Y_a = Σ_c w(a,c) R_c K,  Z_a = L_aᵀ Q
+        Y = [_combine_inner_first(k, right, group_w[a]) for a in groups]
+        Z = [_combine_inner_first(q, left, {a: 1.0}) for a in groups]
+    d = q.shape[-1]
+
+    def finish(GQ: Tensor, GK: Tensor) -> tuple[Tensor, Tensor]:
+        dQ = dK = 0
+        for i, g in enumerate(groups):
+            gq, gk = GQ[..., i * d:(i + 1) * d], GK[..., i * d:(i + 1) * d]
+            if by_right:  # dQ += Σ_a w(a,c) L_a G_Q,c,  dK += R_cᵀ G_K,c
+                dQ = dQ + _combine(gq, left, group_w[g])
+                dK = dK + _combine(gk, right, {g: 1.0})
+            else:  # dQ += L_a G_Q,a,  dK += Σ_c w(a,c) R_cᵀ G_K,a
+                dQ = dQ + _combine(gq, left, {g: 1.0})
+                dK = dK + _combine(gk, right, group_w[g])
+        return dQ, dK
+
+    def side_by_side(parts: list[Tensor]) -> Tensor:
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+
+    return side_by_side(Y), side_by_side(Z), finish
+
+
+# ---------------------------------------------------------------------------- the chunked backward
+
+TILE_ROWS = 256
+"""Query rows per tile at most: the keys of a tile end at its last row (causal), so shorter tiles skip more of the
+masked upper triangle: ½ + ½·rows/T of the full T×T square is computed (flash attention's tiles do the same)."""
+
+
+def _tiles(shape: torch.Size, device: torch.device) -> tuple[int, int]:
+    """(batch elements, query rows) per tile: at most :data:`TILE_ROWS` rows, as many batch elements as keep one
+    (b, H, rows, T) float32 tensor of the backward within :data:`CHUNK_ELEMENTS` (fewer rows when one batch
+    element alone is over: a long T)."""
+    B, H, T = shape[0], shape[1], shape[-2]
+    budget = CHUNK_ELEMENTS.get(device.type, CHUNK_ELEMENTS["default"])
+    rows = min(T, TILE_ROWS, max(16, budget // (H * T)))
+    return max(1, min(B, budget // (H * rows * T))), rows
+
+
+def _score_products(q: Tensor, k: Tensor, v: Tensor, o: Tensor, dO: Tensor, mask: Tensor, Y: Tensor, Z: Tensor,
+                    tile: tuple[int, int]) -> tuple[Tensor, Tensor, Tensor]:
+    """G_Q = dS Y, G_K = dSᵀ Z and dV = Pᵀ dO, with dS and P rebuilt tile by tile (batch elements × query rows).
+
+    Args: q, k, v, o, dO (B, H, T, d); mask (H, T, T) or (T, T) additive (0 / −inf, causal); Y, Z (B, H, T, e);
+        tile: (batch elements, rows) per tile.
+    Returns: G_Q, G_K (B, H, T, e), dV (B, H, T, d).
+    """
+    B, T = q.shape[0], q.shape[-2]
+    q = q * q.shape[-1] ** -0.5  # S = (q s) kᵀ
+    GQ = torch.empty_like(Y)
+    GK = torch.zeros_like(Z)
+    dV = torch.zeros_like(v)
+    # rowsum(dP ⊙ P) = rowsum(dO ⊙ O): Σ_j (dO_i · v_j) P_ij = dO_i · O_i
+    D = (dO * o).sum(-1, keepdim=True)  # (B, H, T, 1)
+    nb, rows = tile
+    for b0 in range(0, B, nb):
+        b = slice(b0, b0 + nb)
+        for r0 in range(0, T, rows):
+            r = slice(r0, min(T, r0 + rows))
+            keys = slice(0, r.stop)  # causal: these rows see keys before r.stop only
+            # P_r = softmax(q_r kᵀ s + M_r)
+            S = torch.matmul(q[b, :, r], k[b, :, keys].mT)  # (b, H, C, r1)
+            S.add_(mask[..., r, keys])
+            P = torch.softmax(S, dim=-1)
+            del S
+            # dS_r = P_r ⊙ (dO_r vᵀ − D_r)
+            dS = torch.matmul(dO[b, :, r], v[b, :, keys].mT)  # (b, H, C, r1), dP_r first
+            dS.sub_(D[b, :, r]).mul_(P)
+            dV[b, :, keys] += torch.matmul(P.mT, dO[b, :, r])
+            del P
+            GQ[b, :, r] = torch.matmul(dS, Y[b, :, keys])
+            GK[b, :, keys] += torch.matmul(dS.mT, Z[b, :, r])
+    return GQ, GK, dV
+
+
+class _SpanAttention(torch.autograd.Function):
+    """y = attend(q, k, v); backward: dV plain, dQ and dK of the α-scaled score gradient (module docstring)."""
+
+    @staticmethod
+    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, cfg: SpanConfig, attend: Attend,  # type: ignore[override]
+                mask: Tensor) -> Tensor:
+        y = attend(q, k, v)
+        ctx.cfg, ctx.mask = cfg, mask
+        ctx.save_for_backward(q, k, v, y)
+        return y
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        q, k, v, y = ctx.saved_tensors
+        dtype = _compute_dtype(q.dtype)
+        with torch.no_grad(), _no_autocast(q.device):
+            q32, k32, v32, y32, dy32 = (t.to(dtype).contiguous() for t in (q, k, v, y, dy))
+            Y, Z, finish = _plan(ctx.cfg, q32, k32, v32)
+            GQ, GK, dV = _score_products(q32, k32, v32, y32, dy32, ctx.mask.to(dtype), Y, Z,
+                                         _tiles(q.shape, q.device))
+            dQ, dK = finish(GQ, GK)
+            scale = q.shape[-1] ** -0.5
+            return (dQ.mul_(scale).to(q.dtype), dK.mul_(scale).to(k.dtype), dV.to(v.dtype), None, None, None)
+
+
+def qk_transform(alpha_par: float, alpha_perp: float, ridge: float, grad: Tensor, x: Tensor) -> Tensor:
+    """qk4's closed form g' = α_par Π_X g + α_perp Π_X^⊥ g (:func:`spanviz.spans.scale_qk_grad`) with this file's
+    projector: the hook the model trains with, free of host synchronisation (for T > d_head). grad, x
+    (..., T, d_head); computed in float32 (float64 for float64 input), returned in grad's dtype."""
+    if alpha_par == alpha_perp:
+        return grad if alpha_par == 1 else alpha_par * grad
+    with torch.no_grad(), _no_autocast(grad.device):
+        g = grad.to(_compute_dtype(grad.dtype)).contiguous()  # (..., T, d_head)
+        # g' = α_perp g + (α_par − α_perp) Π_X g
+        out = alpha_perp * g + (alpha_par - alpha_perp) * _projector(x.detach().to(g.dtype).contiguous(), ridge)(g)
+        return out.to(grad.dtype)
+
+
+class _ScaleGrad(torch.autograd.Function):
+    """Identity forward; multiplies the gradient by a constant in backward."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, a: float) -> Tensor:  # type: ignore[override]
+        ctx.a = a
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+        return g * ctx.a, None
+
+
+def span_attention(q: Tensor, k: Tensor, v: Tensor, cfg: SpanConfig, attend: Attend, mask: Tensor) -> Tensor:
+    """Attention whose backward applies the span transform of ``cfg`` to the score gradient — the fast path.
+
+    Args:
+        q, k: (B, H, T, d_head); v: (B, H, T, d_v), as the model's attention takes them.
+        cfg: the setting (slots, α or ``block_alphas``, ridge; ``layers`` is the model's business).
+        attend: the model's fused attention ``attend(q, k, v) -> y``; it *is* the forward, so the output equals
+            the model's plain fused attention bit for bit, whatever the α.
+        mask: the additive mask of ``attend`` (0 / −inf), (H, T, T) or (T, T), causal (−inf above the diagonal).
+    Returns:
+        y (B, H, T, d_v). Its backward gives dV as plain attention and dQ = dS' K/√d, dK = dS'ᵀ Q/√d with
+        dS' = :func:`spanviz.spans.scale_score_grad`'s transform of ∂L/∂S (equal to it to fp32 rounding, tested).
+    Source: spanviz (see the module docstring).
+    """
+    weights = set(cfg.block_weights())
+    if len(weights) == 1:  # dS' = a·dS: dQ and dK scale by a, the fused kernel's backward does the rest
+        (a,) = weights
+        if a != 1:
+            q, k = _ScaleGrad.apply(q, a), _ScaleGrad.apply(k, a)
+        return attend(q, k, v)
+    return _SpanAttention.apply(q, k, v, cfg, attend, mask)

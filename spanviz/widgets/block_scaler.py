@@ -1,0 +1,69 @@
+"""α in the browser: the blocks figure rescaled by the page itself when an α slider moves, no kernel round trip.
+
+An α slider only rescales cached blocks (the heatmaps α·block, a faded unscaled block at α = 0, the bars
+‖α·block‖/‖dS‖, the subplot titles). :class:`BlockScaler` sends the unscaled heatmaps once per preset, layer and
+head; its front-end module (``spanviz/static/block_scaler.js``) listens to the α sliders' models in the page and
+writes the rescaled traces into the blocks figure's model there, which redraws at once. The kernel keeps the
+figure's state in step without asking the page to draw again (``redraw=False``), so a view made later draws the
+same figure. Where the module does not run (no front end, a static figure), nothing changes: the kernel redraws.
+
+The kernel and the page compute the same figure: :func:`spanviz.plots.span_blocks_traces` and the module apply
+the same rule (:func:`spanviz.plots.span_block_shown`, the titles of :func:`spanviz.plots.span_block_title`).
+Source: spanviz.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import anywidget
+import ipywidgets as W
+import traitlets as T
+
+from spanviz.figure_widget import PlotlyFigure, encode
+from spanviz.plots import DIM_OPACITY
+
+
+def _to_json(value: Any, _widget: Any) -> Any:
+    return encode(value)
+
+
+class BlockScaler(anywidget.AnyWidget):
+    """Rescales a blocks figure (:func:`spanviz.plots.span_blocks_figure`) in the browser as α sliders move.
+
+    Args:
+        figure: the :class:`~spanviz.figure_widget.PlotlyFigure` that shows the blocks.
+        sliders: the α0..α3 slider widgets, in order.
+
+    Attributes:
+        live: True once a front end listens to the sliders (set by the page). While False the kernel must
+            redraw the figure itself for an α change.
+    """
+
+    _esm = pathlib.Path(__file__).parent.parent / "static" / "block_scaler.js"
+    _figure = T.Instance(PlotlyFigure).tag(sync=True, **W.widget_serialization)
+    _sliders = T.List(T.Instance(W.Widget)).tag(sync=True, **W.widget_serialization)
+    _cells = T.Dict().tag(sync=True, to_json=_to_json)
+    _revision = T.Int(-1).tag(sync=True)
+    _dim = T.Float(DIM_OPACITY).tag(sync=True)
+    live = T.Bool(False).tag(sync=True)
+
+    def __init__(self, figure: PlotlyFigure, sliders: Sequence[W.Widget]) -> None:
+        super().__init__(_figure=figure, _sliders=list(sliders), layout=W.Layout(display="none"))
+
+    def set_cells(self, cells: Mapping[str, Any], layout: Mapping[str, Any]) -> None:
+        """The unscaled heatmaps of the figure now shown (from :func:`spanviz.plots.span_block_cells`), where its
+        traces and titles are, and the figure revision they belong to (call after the figure is shown)."""
+        names, orders = list(cells["names"]), [int(o) for o in cells["orders"]]
+        annotations = [a.get("text", "") for a in layout.get("annotations", [])]
+        titles = {name: i for i, text in enumerate(annotations) for name in names if text.startswith(f"{name} (")}
+        with self.hold_sync():
+            self._cells = {"z": list(cells["z"]), "names": names, "orders": orders, "rel": cells["rel"],
+                           "bar": len(names) + 1, "titles": [titles.get(n, -1) for n in names]}
+            self.sync_revision()
+
+    def sync_revision(self) -> None:
+        """Mark the cells valid for the figure's current revision (after a redraw the kernel made)."""
+        self._revision = self._figure.revision
