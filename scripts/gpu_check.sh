@@ -9,6 +9,7 @@
 #   tests    the CUDA-only tests (pytest -m gpu)                              -> gpu_tests.log    (GPU_TESTS_S, 200)
 #   profile  scripts/gpu_profile.py, parts in GPU_PROFILE_PARTS              -> gpu_profile.json (GPU_PROFILE_S, 150)
 #   bench    spanviz bench --json on cuda, sections in GPU_BENCH_ONLY         -> bench_gpu.json   (GPU_BENCH_S, 240)
+#            (GPU_BENCH_ARGS: more options, e.g. --quick)
 #
 # The data: a WikiText-2 folder in SPANVIZ_WIKITEXT_DIR (the offline copy's validation and test splits do).
 # Python packages the machine lacks can be given as wheels in WHEELS_DIR (installed into /tmp/site first).
@@ -44,15 +45,20 @@ print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, torch.cuda.get
 print(p.code_identity())
 "' >"$out/env.txt" 2>&1 ;;
         tests)
-            run_step tests "${GPU_TESTS_S:-200}" python3 -m pytest -q -m gpu -p no:cacheprovider -rs \
-                tests/test_gpu.py tests/test_local_global.py tests/test_fp8.py >"$out/gpu_tests.log" 2>&1 ;;
+            # -v: each test's line is in the log as it ends (a step cut at its limit still says which passed);
+            # GPU_TESTS_K selects (pytest -k), e.g. the tests a change touched
+            run_step tests "${GPU_TESTS_S:-200}" python3 -m pytest -v -m gpu -p no:cacheprovider -rs --durations=0 \
+                ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} tests/test_gpu.py tests/test_local_global.py tests/test_fp8.py \
+                >"$out/gpu_tests.log" 2>&1 ;;
         profile)
             # shellcheck disable=SC2086
             run_step profile "${GPU_PROFILE_S:-150}" python3 scripts/gpu_profile.py --out "$out/gpu_profile.json" \
                 --parts ${GPU_PROFILE_PARTS:-wrapper model spans curve} >"$out/gpu_profile.txt" 2>&1 ;;
         bench)
-            run_step bench "${GPU_BENCH_S:-240}" python3 -m spanviz bench --json --device cuda \
-                --only "${GPU_BENCH_ONLY:-ls,spans,fp8}" >"$out/bench_gpu.json" 2>"$out/bench_gpu.log" ;;
+            # --out rewrites the JSON after every section: a step cut at its limit keeps the finished ones
+            # shellcheck disable=SC2086
+            run_step bench "${GPU_BENCH_S:-240}" python3 -m spanviz bench --json --device cuda ${GPU_BENCH_ARGS:-} \
+                --only "${GPU_BENCH_ONLY:-ls,spans,fp8}" --out "$out/bench_gpu.json" >"$out/bench_gpu.log" 2>&1 ;;
         *)
             echo "unknown step '$step': use env, tests, profile, bench" >&2
             exit 2 ;;
