@@ -5,8 +5,8 @@ Four parts, each printed as text and written to one JSON file (``--out``):
 1. ``wrapper`` — the library's FlexAttention call against the same compiled kernel called directly (dense causal
    mask, the paper's shape, bf16): host microseconds per call (launch rate: calls issued back to back, no
    synchronisation), GPU milliseconds per call (CUDA events over the same calls), and ``torch.profiler``'s
-   CPU-side operator table of each call. ``before_split`` replays the library's call as it was before the head
-   split (an autocast context, three casts, the checked block-mask look-up around the same kernel), so the
+   CPU-side operator table of each call. ``old_wrapper`` replays the library's call as it was at commit d68f751
+   (an autocast context, three casts, the checked block-mask look-up around the same kernel), so the
    difference it made can be named.
 2. ``model`` — one bf16 train step of the paper's LS model and of its MHSA twin (6 layers, d_model 192, T 2048,
    batch 8): device time per kernel family (attention kernels, matrix products, the rest) and the step's
@@ -105,7 +105,7 @@ def part_wrapper() -> dict:
     mask = local_global.block_mask(causal, H, T, q.device)
     ls_mask = local_global.block_mask(ls_mod, H, T, q.device)
 
-    def before_split(mask_mod=causal) -> torch.Tensor:  # the library's call as it was (commit d68f751)
+    def old_wrapper(mask_mod=causal) -> torch.Tensor:  # the library's call as it was (commit d68f751)
         local_global.check_qkv(q, k, v)
         dtype = (torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda")
                  else torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype))
@@ -116,9 +116,9 @@ def part_wrapper() -> dict:
     cases = {
         "direct": lambda: compiled(q, k, v, block_mask=mask),
         "library": lambda: local_global.flex_attention(q, k, v, causal),
-        "before_split": before_split,
+        "old_wrapper": old_wrapper,
         "ls_direct_all_heads": lambda: compiled(q, k, v, block_mask=ls_mask),
-        "ls_library_split": lambda: local_global.flex_attention(q, k, v, ls_mod),
+        "ls_library": lambda: local_global.flex_attention(q, k, v, ls_mod),
         "dense_causal_sdpa": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
     }
     out: dict = {"shape": {"B": B, "H": H, "T": T, "d_head": d, "dtype": "bfloat16"}, "cases": {}}
@@ -250,8 +250,8 @@ def events_ms(fns: dict[str, Callable[[], object]], calls: int = 20, rounds: int
 
 def part_curve(out_file: Path | None = None, result: dict | None = None) -> dict:
     """P4 over T (2048, 4096, 8192) and d_head (32, 64), forward+backward, bf16, batch × T = 32768 tokens:
-    LS through the model's path (``local_global.flex_attention``: global heads on SDPA, local heads on the
-    band) and LS with every head on one FlexAttention call over the whole LS mask, over dense causal SDPA.
+    LS through the model's path (``local_global.flex_attention``) and LS with every head on one FlexAttention
+    call over the whole LS mask (the compiled kernel called directly, no wrapper), over dense causal SDPA.
     The JSON is rewritten after each point, so a time limit keeps the points measured."""
     n_head, n_local, window = PAPER_SHAPE["n_head"], PAPER_SHAPE["n_local"], PAPER_SHAPE["window"]
     ls_mod = local_global.head_mask_mod(n_local, window)

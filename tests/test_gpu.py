@@ -49,43 +49,17 @@ def test_block_mask_cache_serves_every_shape_and_evicts_the_oldest():
         with torch.no_grad():
             torch.testing.assert_close(lg.flex_attention(q, k, v, mask_mod), lg.sdpa_attention(q, k, v, mask_mod),
                                        rtol=1e-4, atol=1e-4, msg=lambda m, s=(H, T): f"(H, T)={s}: {m}")
-    # 5 local + 1 global: the local heads' band is cached on its own predicate (n_local heads); H = 2 < n_local
-    # makes every head local, and one FlexAttention call covers the whole mask.
-    band = lg.generate_local(50)
-    assert {(h, t) for h, t, _ in lg._BLOCK_CACHE[band]} == {(5, 300), (5, 1024), (5, 2048)}
-    assert {(h, t) for h, t, _ in lg._BLOCK_CACHE[mask_mod]} == {(2, 300)}
-    assert lg.block_mask(band, 5, 300, "cuda:0") is lg.block_mask(band, 5, 300, "cuda:0")  # reused
+    cached = lg._BLOCK_CACHE[mask_mod]
+    assert {(h, t) for h, t, _ in cached} == {(6, 300), (6, 1024), (2, 300), (6, 2048)}
+    assert lg.block_mask(mask_mod, 6, 300, "cuda:0") is lg.block_mask(mask_mod, 6, 300, "cuda:0")  # reused
     # More shapes than the cache holds: the oldest entries go, answers stay right.
     for T in range(129, 129 + lg._CACHE_PER_MOD + 2):
         q, k, v = _qkv(1, 6, T, 16, seed=T)
         with torch.no_grad():
             torch.testing.assert_close(lg.flex_attention(q, k, v, mask_mod), lg.sdpa_attention(q, k, v, mask_mod),
                                        rtol=1e-4, atol=1e-4)
-    assert len(lg._BLOCK_CACHE[band]) == lg._CACHE_PER_MOD
-    assert (5, 300, "cuda:0") not in lg._BLOCK_CACHE[band]
-
-
-def test_ls_split_runs_global_heads_on_sdpa_and_only_the_band_on_flex(monkeypatch):
-    # The library call of a 5 local + 1 global mask hands FlexAttention the 5 local heads alone (a BlockMask
-    # over 5 heads of the band), forward and backward equal to SDPA with the whole mask.
-    calls: list[tuple[int, int]] = []
-    original = lg.flex.compiled_split_heads()
-
-    def spy(q, k, v, n_local, local_mask):
-        calls.append((q.size(1), n_local))
-        return original(q, k, v, n_local, local_mask)
-
-    monkeypatch.setattr(lg.flex, "compiled_split_heads", lambda: spy)
-    mask_mod = lg.head_mask_mod(5, 50)
-    out = {}
-    for name in ("flex", "sdpa"):
-        q, k, v = (t.requires_grad_() for t in _qkv(2, 6, 1000, 32, seed=1))
-        y = lg.attention(q, k, v, mask_mod, backend=name)
-        y.square().sum().backward()
-        out[name] = [y, q.grad, k.grad, v.grad]
-    assert calls == [(6, 5)]
-    for label, a, b in zip(("out", "dq", "dk", "dv"), out["flex"], out["sdpa"]):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4, msg=lambda m, n=label: f"{n}: {m}")
+    assert len(lg._BLOCK_CACHE[mask_mod]) == lg._CACHE_PER_MOD
+    assert (6, 300, "cuda:0") not in lg._BLOCK_CACHE[mask_mod]
 
 
 def test_flex_stays_compiled_across_many_shapes_and_modes():

@@ -10,11 +10,11 @@ all alike; medians compared. Cases:
 * ``ls_sdpa`` — SDPA with the LS boolean mask (dense mask: no work is skipped), :func:`spanviz.model.fused_attention`;
 * ``ls_explicit`` — explicit scores + mask + softmax (what the probes use), :func:`spanviz.model.explicit_attention`;
 * CUDA only (d_head >= 16): ``ls_flex`` — :func:`spanviz.local_global.flex_attention`, what the model calls
-  (the local heads on compiled FlexAttention with the cached block mask of their band, skipping empty 128×128
-  tiles; the global heads on causal SDPA), ``dense_causal_flex`` — the library call with a causal mask (every
+  (every head on compiled FlexAttention with the cached LS block mask, skipping empty 128×128 tiles),
+  ``dense_causal_flex`` — the library call with a causal mask (every
   head on FlexAttention), ``dense_causal_flex_direct`` — the same compiled kernel called directly (the
   library's wrapper cost is the difference), ``ls_flex_direct`` — every head on the compiled kernel with the
-  whole LS block mask (the library's path before the head split), and ``ls_flex_direct_tiles64`` — the same
+  whole LS block mask (the library's path without its wrapper), and ``ls_flex_direct_tiles64`` — the same
   with 64×64 tiles.
   Also on CUDA, ``model``: the whole TinyGPT of the paper's shape (:func:`bench_ls_model`), LS on FlexAttention
   over MHSA on causal SDPA (FlashAttention), forward and train step.
@@ -155,8 +155,8 @@ def bench_ls(
         cases["ls_flex"] = lambda q, k, v: local_global.flex_attention(q, k, v, ls_mod)
         cases["dense_causal_flex"] = lambda q, k, v: local_global.flex_attention(q, k, v, causal_mod)
         # The compiled kernel called directly (no wrapper): dense causal (the wrapper's cost is the difference to
-        # dense_causal_flex, the same kernel), and every head on FlexAttention with the whole LS mask (what the
-        # library did before it split the heads), with 128×128 and with 64×64 tiles.
+        # dense_causal_flex, the same kernel), and the whole LS mask (the wrapper's cost over ls_flex), with
+        # 128×128 and with 64×64 tiles.
         direct_causal = _flex_with_tiles(causal_mod, n_head, T, dev, 128)
         cases["dense_causal_flex_direct"] = lambda q, k, v: direct_causal(q, k, v)
         direct128 = _flex_with_tiles(ls_mod, n_head, T, dev, 128)

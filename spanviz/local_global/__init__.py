@@ -37,7 +37,6 @@ from spanviz.local_global.core import (
     dense_mask,
     dense_mask_cached,
     generate_global_heads,
-    generate_local,
     generate_local_global,
     generate_sliding_window,
     head_mask_mod,
@@ -47,10 +46,8 @@ from spanviz.local_global.flex import (
     FLEX_RECOMPILE_LIMIT,
     check_qkv,
     compiled_flex,
-    compiled_split_heads,
     flex_attention,
     flex_available,
-    split_heads_attention,
 )
 from spanviz.local_global.backends import BACKENDS, attention, explicit_attention, sdpa_attention
 from spanviz.local_global.demos import band_target, head_labels, head_masks, required_logit_gap, toy_band_fit
@@ -59,8 +56,8 @@ from spanviz.local_global.probes import LogitProbe, attention_entropy, max_logit
 __all__ = [
     "BACKENDS", "FLEX_MIN_D_HEAD", "FLEX_RECOMPILE_LIMIT", "LogitProbe", "MaskMod", "PAPER", "additive_mask",
     "attention", "attention_entropy", "band_target", "block_mask", "causal_mask", "check_head_split", "check_qkv",
-    "compiled_flex", "compiled_split_heads", "dense_mask", "dense_mask_cached", "explicit_attention",
-    "flex_attention", "flex_available", "generate_global_heads", "generate_local", "generate_local_global",
+    "compiled_flex", "dense_mask", "dense_mask_cached", "explicit_attention",
+    "flex_attention", "flex_available", "generate_global_heads", "generate_local_global",
     "generate_sliding_window", "head_labels", "head_mask_mod", "head_masks", "max_logits", "required_logit_gap",
-    "sdpa_attention", "split_heads_attention", "toy_band_fit",
+    "sdpa_attention", "toy_band_fit",
 ]

@@ -86,20 +86,6 @@ def generate_local_global(n_local: int, window: int) -> MaskMod:
     return mask_mod
 
 
-@functools.cache
-def generate_local(window: int) -> MaskMod:
-    """Every head local with window p (argument unchecked): the predicate of the local heads alone.
-
-    :func:`spanviz.local_global.flex_attention` runs the local heads of a split apart from the global ones,
-    on this head-independent band; cached like :func:`generate_local_global`.
-    """
-    # allowed(i, j) = (j <= i) and (i − j < p)
-    mask_mod = and_masks(causal_mask, generate_sliding_window(window))
-    mask_mod.__name__ = f"local_{window}"
-    mask_mod.n_local, mask_mod.window = None, window  # type: ignore[attr-defined]  # None: every head
-    return mask_mod
-
-
 def head_mask_mod(n_local: int = 0, window: int | None = None) -> MaskMod:
     """Mask predicate for heads ``h < n_local`` local (window p = ``window``) and the rest global.
 

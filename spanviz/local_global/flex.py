@@ -3,9 +3,11 @@
 :class:`spanviz.model.Attention` calls :func:`flex_attention` on its fused path for local heads on CUDA
 ("auto" backend without dropout) and for ``attn_backend="flex"``. What an H100 taught (``docs/gpu.md``):
 the compiled kernel must stay compiled across many shapes (:data:`FLEX_RECOMPILE_LIMIT`), it runs in
-autocast's dtype with autocast off (FlexAttention is not an autocast op), and each head group runs on its
-best kernel — the local heads' band on block-sparse FlexAttention, the global heads on dense causal SDPA
-(FlashAttention), in one compiled call (:func:`split_heads_attention`).
+autocast's dtype with autocast off (FlexAttention is not an autocast op), and every head runs in one
+FlexAttention call over the whole LS mask. Running the global heads apart on FlashAttention (dense causal SDPA)
+and only the local heads on FlexAttention was measured and dropped: at the paper's shape forward+backward took
+1.8× one call over all heads (2026-11-27, H100, ``docs/gpu.md``): two kernels, the slices and the concatenation
+cost more than FlexAttention loses on one dense causal head.
 
 Source: PyTorch FlexAttention (``torch.nn.attention.flex_attention``); spanviz's measurements.
 """
@@ -18,12 +20,10 @@ import warnings
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
-from torch.nn.attention.flex_attention import BlockMask
 from torch.nn.attention.flex_attention import flex_attention as _flex
 
-from spanviz.local_global.core import MaskMod, block_mask, generate_local
+from spanviz.local_global.core import MaskMod, block_mask
 
 FLEX_MIN_D_HEAD = 16
 """FlexAttention's CUDA kernel needs d_head >= 16 (Triton's ``tl.dot``)."""
@@ -71,35 +71,6 @@ def compiled_flex() -> Callable[..., Tensor]:
     return torch.compile(_flex, dynamic=False)
 
 
-def split_heads_attention(q: Tensor, k: Tensor, v: Tensor, n_local: int, local_mask: BlockMask) -> Tensor:
-    """LS-attention with each head group on its own kernel: local heads on FlexAttention, global heads on SDPA.
-
-    The same function as FlexAttention over the whole LS mask (tested): attention is computed per head, so the
-    heads can be split, attended apart and concatenated back in their order (local first).
-
-    Args:
-        q, k, v: (B, H, T, d_head), heads ``h < n_local`` local. n_local: 1 <= n_local < H.
-        local_mask: block mask of the local band alone (:func:`spanviz.local_global.generate_local`) over
-            (n_local heads, T, T).
-    Returns:
-        out (B, H, T, d_head).
-    Not checked here: :func:`flex_attention` checks and calls it (compiled, via :func:`compiled_split_heads`).
-    """
-    # local heads: the band 0 <= i − j < p, block-sparse (FlexAttention skips the tiles outside the band)
-    y_local = _flex(q[:, :n_local], k[:, :n_local], v[:, :n_local], block_mask=local_mask)
-    # global heads: plain causal attention, j <= i (SDPA's FlashAttention kernel on CUDA)
-    y_global = F.scaled_dot_product_attention(q[:, n_local:], k[:, n_local:], v[:, n_local:], is_causal=True)
-    return torch.cat((y_local, y_global), dim=1)  # (B, H, T, d_head), local heads first
-
-
-@functools.cache
-def compiled_split_heads() -> Callable[..., Tensor]:
-    """``torch.compile(split_heads_attention)``, built once per process: one compiled call (one set of guards)
-    for both head groups, under the recompile limit of :func:`compiled_flex`."""
-    compiled_flex()  # raises the recompile limit for the process
-    return torch.compile(split_heads_attention, dynamic=False)
-
-
 def flex_attention(q: Tensor, k: Tensor, v: Tensor, mask_mod: MaskMod) -> Tensor:
     """FlexAttention with the cached block mask of ``mask_mod`` (:func:`spanviz.local_global.block_mask`).
 
@@ -114,10 +85,7 @@ def flex_attention(q: Tensor, k: Tensor, v: Tensor, mask_mod: MaskMod) -> Tensor
         out (B, H, T, d_head), equal to :func:`spanviz.local_global.sdpa_attention` to fp32 tolerance.
     On CUDA it runs in autocast's dtype while autocast is on (FlexAttention is not an autocast op), else in
     the promoted dtype of q, k, v. Each new (shape, dtype, grad mode) compiles once more, up to
-    :data:`FLEX_RECOMPILE_LIMIT` per process (see :func:`compiled_flex`). A local/global split
-    (``mask_mod`` from :func:`spanviz.local_global.head_mask_mod` with 0 < n_local < H) runs its global heads on
-    dense causal SDPA and only its local heads on FlexAttention (:func:`split_heads_attention`): FlexAttention
-    is slower than FlashAttention on dense causal tiles, so it is kept for the band, where it skips work.
+    :data:`FLEX_RECOMPILE_LIMIT` per process (see :func:`compiled_flex`).
 
     Raises:
         ValueError: bad shapes; d_head < 16 on CUDA; or a non-CUDA input with ``requires_grad=True``, with
@@ -142,10 +110,6 @@ def flex_attention(q: Tensor, k: Tensor, v: Tensor, mask_mod: MaskMod) -> Tensor
                  else torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype))
         q, k, v = (t if t.dtype == dtype else t.to(dtype) for t in (q, k, v))
         with torch.autocast("cuda", enabled=False) if autocast else contextlib.nullcontext():
-            n_local, window = getattr(mask_mod, "n_local", None), getattr(mask_mod, "window", None)
-            if n_local and window is not None and n_local < H:  # local heads apart from the global ones
-                local = block_mask(generate_local(window), n_local, T, q.device)
-                return compiled_split_heads()(q, k, v, n_local, local)
             return compiled_flex()(q, k, v, block_mask=block_mask(mask_mod, H, T, q.device))
     if any(t.requires_grad for t in (q, k, v)):  # torch refuses these even under torch.no_grad()
         raise ValueError(

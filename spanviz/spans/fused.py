@@ -51,10 +51,11 @@ from spanviz.spans.core import SpanProjector, _compute_dtype, _no_autocast, _rid
 Attend = Callable[[Tensor, Tensor, Tensor], Tensor]
 """``attend(q, k, v) -> y``: the model's fused attention, (B, H, T, d_head) → (B, H, T, d_v)."""
 
-CHUNK_ELEMENTS = {"cpu": 2**20, "default": 2**24}
+CHUNK_ELEMENTS = {"cpu": 2**20, "default": 2**26}
 """Elements of one (b, H, rows, keys) float32 tensor of the backward, per device type: 4 MB on a CPU (tiles
-from 1 to 16 batch elements timed alike on a 2-core machine at T 512), 64 MB on an accelerator (fewer, larger
-kernels; the whole (B, H, T, T) only when it is that small)."""
+from 1 to 16 batch elements timed alike on a 2-core machine at T 512), 256 MB on an accelerator: there a step
+is bound by kernel launches (an H100 issued the 4 tiles per layer of T 1024 in 36 ms for 12 ms of standard
+step, 2026-11-27), so the whole (B, H, T, T) goes in one tile whenever it fits."""
 
 
 # --------------------------------------------------------------------------------------- the projector
@@ -183,9 +184,10 @@ def _plan(cfg: SpanConfig, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Ten
 
 # ---------------------------------------------------------------------------- the chunked backward
 
-TILE_ROWS = 256
-"""Query rows per tile at most: the keys of a tile end at its last row (causal), so shorter tiles skip more of the
-masked upper triangle: ½ + ½·rows/T of the full T×T square is computed (flash attention's tiles do the same)."""
+TILE_ROWS = {"cpu": 256, "default": 8192}
+"""Query rows per tile at most, per device type: the keys of a tile end at its last row (causal), so shorter tiles
+skip more of the masked upper triangle: ½ + ½·rows/T of the full T×T square is computed (flash attention's tiles
+do the same). On a CPU that saving counts; an accelerator gains more from fewer, larger kernels."""
 
 
 def _tiles(shape: torch.Size, device: torch.device) -> tuple[int, int]:
@@ -194,7 +196,7 @@ def _tiles(shape: torch.Size, device: torch.device) -> tuple[int, int]:
     element alone is over: a long T)."""
     B, H, T = shape[0], shape[1], shape[-2]
     budget = CHUNK_ELEMENTS.get(device.type, CHUNK_ELEMENTS["default"])
-    rows = min(T, TILE_ROWS, max(16, budget // (H * T)))
+    rows = min(T, TILE_ROWS.get(device.type, TILE_ROWS["default"]), max(16, budget // (H * T)))
     return max(1, min(B, budget // (H * rows * T))), rows
 
 
