@@ -24,8 +24,10 @@ kernel that shows a spanviz figure, every widget output is preceded by a one-lin
 (:func:`install_reopen_hint`); its style sheet hides it while the widget is live and, in a trusted notebook (the
 usual case: one the student saved), hides the stale error in its place.
 
-What the box shows besides the figure (``static/figure.js`` and ``static/figure.css``): a line while plotly.js
-loads; a one-line error when plotly.js or a redraw fails, or when the module itself did not load; and a busy state
+The front end is ``static/loader.js`` (the anywidget module: a few lines that import ``static/figure.js``, synced
+in ``_module``, once per page), ``figure.js`` and ``static/figure.css``. What the box shows besides the figure: a line
+while plotly.js loads; a one-line error when plotly.js, a redraw or the figure module fails (and, from the style
+sheet, when even the loader never ran); and a busy state
 from the moment a control of the same panel moves until the redraw is drawn, or until the kernel says the input is
 handled (:meth:`PlotlyFigure.settled`, which :class:`spanviz.widgets.Panel` calls after every control change).
 """
@@ -95,9 +97,11 @@ SETTLED = "spanviz-settled"
 logger = logging.getLogger(__name__)
 
 
+_STATIC = pathlib.Path(__file__).parent / "static"
+_FIGURE_MODULE = (_STATIC / "figure.js").read_text(encoding="utf-8")
+
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-REOPEN_HINT = ("↻ This interactive output lives in the notebook's kernel, which is not running it now: run the notebook "
-               "again (Run → Run All Cells) to bring it back.")
+REOPEN_HINT = "↻ This interactive output needs the notebook's kernel: run the notebook again (Run → Run All Cells)."
 """The line shown in place of a widget whose kernel is gone (see :func:`install_reopen_hint`)."""
 
 # JupyterLab (and Notebook 7) render a widget output in an output element of its own; when the widget's model is not
@@ -108,7 +112,7 @@ _STALE = ".jp-OutputArea-output.jupyter-widgets"
 _REOPEN_HINT_HTML = (
     "<style>.spanviz-reopen-hint{display:none}"
     f".jp-OutputArea:has({_STALE}) .spanviz-reopen-hint{{display:block}}"
-    f".jp-OutputArea:has(.spanviz-reopen-hint) {_STALE}{{display:none}}</style>"
+    f".jp-OutputArea:has(.spanviz-reopen-hint)>.jp-OutputArea-child:has(>{_STALE}){{display:none}}</style>"
     '<div class="spanviz-reopen-hint" style="padding:3px 8px;border-left:3px solid #e0a800;background:#fff8e1;'
     f'color:#5d4200;font-size:13px">{REOPEN_HINT.replace("Run → Run All Cells", "<b>Run → Run All Cells</b>")}</div>'
 )
@@ -190,8 +194,9 @@ class PlotlyFigure(anywidget.AnyWidget):
         revision: bumped by every :meth:`show`; a view marks the drawn revision in ``data-revision``.
     """
 
-    _esm = pathlib.Path(__file__).parent / "static" / "figure.js"
-    _css = pathlib.Path(__file__).parent / "static" / "figure.css"
+    _esm = _STATIC / "loader.js"  # a few lines that import _module and say in the box when it fails
+    _css = _STATIC / "figure.css"
+    _module = T.Unicode(_FIGURE_MODULE).tag(sync=True)
     _data = T.List().tag(sync=True, to_json=_to_json)
     _layout = T.Dict().tag(sync=True, to_json=_to_json)
     _config = T.Dict().tag(sync=True)

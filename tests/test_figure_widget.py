@@ -60,8 +60,10 @@ def test_the_figure_module_depends_on_no_other_widget_model():
     state = PlotlyFigure().get_state()
     refs = [k for k, v in state.items() if isinstance(v, str) and v.startswith("IPY_MODEL_")]
     assert refs == ["layout"]  # ipywidgets' own Layout, resolved by ipywidgets; the module looks up no model
-    source = (figure_widget.pathlib.Path(figure_widget.__file__).parent / "static" / "figure.js").read_text()
-    assert "widget_manager" not in source and "spanviz-figure" in state["_dom_classes"]
+    static = figure_widget.pathlib.Path(figure_widget.__file__).parent / "static"
+    assert state["_module"] == (static / "figure.js").read_text()  # what loader.js (the anywidget module) imports
+    assert not [f.name for f in static.glob("*.js") if "widget_manager" in f.read_text()]
+    assert "spanviz-figure" in state["_dom_classes"]
 
 
 # ---------------------------------------------------------------------------------------------- reopen hint

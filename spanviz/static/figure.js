@@ -1,4 +1,5 @@
-// spanviz's figure widget (anywidget module): one plotly.js figure drawn from the model's *state*.
+// spanviz's figure widget, stage two (loader.js imports it from the model's `_module` once per page): one plotly.js
+// figure drawn from the model's *state*.
 //
 // The Python side (spanviz/figure_widget.py) keeps the whole figure in two synced traits, `_data` (a list of
 // trace objects; numpy arrays arrive as binary buffers {dtype, shape, buffer}) and `_layout`. A view draws
@@ -7,14 +8,14 @@
 // latest state. `data-revision` on the plot element names the revision drawn last.
 //
 // plotly.js (4.8 MB) is not part of this module: the first view on the page asks its kernel for it with a custom
-// message and evaluates it once per page and version (`_plotly_version`). This module stays a few kilobytes, so
-// anywidget's model-initialisation deadline (2 s, after which it drops every message to the model) is met even
-// on a busy machine. See PlotlyFigure's docstring for why that matters. Only anywidget's stable model API is
+// message and evaluates it once per page and version (`_plotly_version`). The anywidget module (loader.js) stays
+// tiny, so anywidget's model-initialisation deadline (2 s, after which it drops every message to the model) is met
+// even on a busy machine. See PlotlyFigure's docstring for why that matters. Only anywidget's stable model API is
 // used (get, on, off, send): no other widget model is looked up.
 //
 // What a student sees besides the figure (figure.css styles it):
 // - one line inside the box while plotly.js loads, and an error line when plotly.js or a redraw fails (the
-//   console has the details); a module that fails to load leaves the box empty, and figure.css says so there;
+//   console has the details); loader.js does the same when this module fails to load or to render;
 // - a busy state (`aria-busy="true"` on the view, the plot dimmed, "updating…") from the moment a control of
 //   the same panel is moved until the kernel's redraw is drawn (or the kernel says the input is handled:
 //   a "spanviz-settled" message), so a redraw queued behind training never looks like a dead control.
@@ -286,6 +287,9 @@ async function render({ model, el }) {
       queued = false;
       const revision = model.get("_revision");
       const { data, layout } = decode({ data: model.get("_data"), layout: model.get("_layout") });
+      // A responsive figure fills its element's height, and this element has none of its own: without a height in
+      // the layout the figure would collapse to nothing at its first update. plotly's default height, then.
+      if (layout.height === undefined) layout.height = 450;
       await Plotly.react(div, data, layout, model.get("_config"));
       div.dataset.revision = String(revision);
       status.clear();
