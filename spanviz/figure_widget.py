@@ -30,6 +30,12 @@ while plotly.js loads; a one-line error when plotly.js, a redraw or the figure m
 sheet, when even the loader never ran); and a busy state
 from the moment a control of the same panel moves until the redraw is drawn, or until the kernel says the input is
 handled (:meth:`PlotlyFigure.settled`, which :class:`spanviz.widgets.Panel` calls after every control change).
+
+Live updates have back-pressure: each view tells its kernel which revision the page has taken in, and a panel that
+streams training updates skips one while the page has not taken in the last (:meth:`PlotlyFigure.behind`). So
+several notebooks training never send a busy browser more than it takes in: a backlog would make a slider's redraw
+wait behind it and, once the server's websocket ping goes unanswered for 90 s, drop the kernel's connection
+("Connection lost, reconnecting") with the messages in flight.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import logging
 import math
 import pathlib
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -93,6 +100,11 @@ PLOTLY_REQUEST = "spanviz-plotly-js"
 """The custom message a view sends to ask for plotly.js, and the kind of the answer (the source in one buffer)."""
 SETTLED = "spanviz-settled"
 """The custom message that ends a view's busy state (see :meth:`PlotlyFigure.settled`)."""
+SEEN = "spanviz-seen"
+"""The custom message a view sends once the page has taken in a revision (``{"kind", "revision"}``): the
+back-pressure of live updates (see :meth:`PlotlyFigure.behind`)."""
+HOLD_MAX_S = 5.0
+"""The longest :meth:`PlotlyFigure.behind` holds live updates back for a view that does not answer (a closed page)."""
 
 logger = logging.getLogger(__name__)
 
@@ -209,12 +221,20 @@ class PlotlyFigure(anywidget.AnyWidget):
                          _config=dict(config or {"responsive": True, "displaylogo": False}),
                          layout=W.Layout(width="100%"))
         self.add_class("spanviz-figure")
+        self._seen: int | None = None  # the newest revision a view on a page has taken in (None: no view said so)
+        self._shown_at = time.monotonic()
         self.on_msg(self._answer)
         install_reopen_hint()
 
     def _answer(self, _widget: Any, content: Any, _buffers: Any) -> None:
-        """A view asks for plotly.js: send it (or, if it cannot be read, say why in one line)."""
-        if not isinstance(content, dict) or content.get("kind") != PLOTLY_REQUEST:
+        """A view asks for plotly.js: send it (or, if it cannot be read, say why in one line); or it says which
+        revision the page has taken in (:meth:`behind`)."""
+        if not isinstance(content, dict):
+            return
+        if content.get("kind") == SEEN and isinstance(content.get("revision"), int):
+            self._seen = max(self._seen if self._seen is not None else -1, content["revision"])
+            return
+        if content.get("kind") != PLOTLY_REQUEST:
             return
         try:
             source = plotly_source()
@@ -229,6 +249,19 @@ class PlotlyFigure(anywidget.AnyWidget):
         every redraw sent before this message is drawn. Does nothing when the widget is closed."""
         if self.comm is not None:
             self.send({"kind": SETTLED})
+
+    def behind(self) -> bool:
+        """True while a page shows this figure and has not yet taken in its newest revision: a live update sent now
+        would only queue behind the last one (on the websocket and in the page's one main thread), so a caller that
+        streams updates (:class:`spanviz.widgets.TrainingPanel`) skips it, and the next one carries the newest data.
+
+        Views say which revision they have taken in (a ``"spanviz-seen"`` message, sent when a revision arrives,
+        drawn or not). False when no view has ever said so (no page: a script, a notebook run headless) and once the
+        newest revision is :data:`HOLD_MAX_S` old (a page that closed meanwhile), so updates never stop for good.
+        """
+        if self._seen is None or self._seen >= self._revision:
+            return False
+        return time.monotonic() - self._shown_at < HOLD_MAX_S
 
     @property
     def data(self) -> list[dict[str, Any]]:
@@ -256,6 +289,8 @@ class PlotlyFigure(anywidget.AnyWidget):
                 self._layout = dict(layout)
             if redraw:
                 self._revision += 1
+        if redraw:
+            self._shown_at = time.monotonic()
 
     def show_figure(self, fig: go.Figure) -> None:
         """Show another figure (new traces and layout) in this same widget."""

@@ -16,7 +16,7 @@ from IPython.core.formatters import DisplayFormatter
 from plotly.offline import get_plotlyjs_version
 
 from spanviz import figure_widget, widgets
-from spanviz.figure_widget import PLOTLY_REQUEST, REOPEN_HINT, SETTLED, WIDGET_VIEW, PlotlyFigure
+from spanviz.figure_widget import HOLD_MAX_S, PLOTLY_REQUEST, REOPEN_HINT, SEEN, SETTLED, WIDGET_VIEW, PlotlyFigure
 from spanviz.model import GPTConfig
 from spanviz.runner import TRAIN_NICE, Job, Runner, lower_thread_priority
 
@@ -54,6 +54,26 @@ def test_plotly_js_that_cannot_be_read_is_answered_with_the_reason(monkeypatch):
     fig._handle_custom_msg({"kind": PLOTLY_REQUEST}, [])
     (msg, buffers), = sent
     assert msg["content"]["kind"] == PLOTLY_REQUEST and "no such file" in msg["content"]["error"] and not buffers
+
+
+def test_a_figure_is_behind_while_a_page_has_not_taken_in_its_newest_revision(monkeypatch):
+    fig = PlotlyFigure(go.Figure(go.Scatter(y=[1, 2])))
+    fig.show([{"type": "scatter", "y": [2, 3]}])
+    assert not fig.behind()  # no view has ever answered: no page to wait for (a script, a headless run)
+    fig._handle_custom_msg({"kind": SEEN, "revision": fig.revision}, [])
+    assert not fig.behind()
+    fig.show([{"type": "scatter", "y": [3, 4]}])
+    assert fig.behind()
+    fig._handle_custom_msg({"kind": SEEN, "revision": fig.revision - 1}, [])  # a second, slower view
+    assert fig.behind()
+    fig._handle_custom_msg({"kind": SEEN, "revision": fig.revision}, [])
+    assert not fig.behind()
+    fig._handle_custom_msg({"kind": SEEN, "revision": "1"}, [])  # not a revision: ignored
+    fig.show([{"type": "scatter", "y": [4, 5]}])
+    assert fig.behind()
+    now = figure_widget.time.monotonic()
+    monkeypatch.setattr(figure_widget.time, "monotonic", lambda: now + HOLD_MAX_S + 0.1)
+    assert not fig.behind()  # a page that never answers (closed meanwhile) holds nothing back for good
 
 
 def test_the_figure_module_depends_on_no_other_widget_model():

@@ -19,11 +19,18 @@
 // - a busy state (`aria-busy="true"` on the view, the plot dimmed, "updating…") from the moment a control of
 //   the same panel is moved until the kernel's redraw is drawn (or the kernel says the input is handled:
 //   a "spanviz-settled" message), so a redraw queued behind training never looks like a dead control.
+//
+// Back-pressure: every view tells its kernel which revision the page has taken in (a "spanviz-seen" message, when
+// the revision arrives, drawn or not: a hidden figure is not drawn). A kernel that streams training updates sends
+// the next one only then (PlotlyFigure.behind), so several training notebooks never send the page more than it
+// takes in: a backlog would delay a slider's redraw behind it and, past the server's ping timeout (90 s without an
+// answer), drop the kernel's connection ("Connection lost, reconnecting") with the messages in flight.
 
 // ------------------------------------------------------------------------------- plotly.js, once per page
 const CACHE = "__spanviz_plotly__";
 const PLOTLY_REQUEST = "spanviz-plotly-js";
 const SETTLED = "spanviz-settled";
+const SEEN = "spanviz-seen";
 
 function loadScript(source) {
   // A classic script (plotly.min.js is a UMD bundle). plotly.js assigns window.Plotly: keep the page's own.
@@ -257,6 +264,9 @@ async function render({ model, el }) {
     if (msg && msg.kind === SETTLED) chain = chain.then(busy.done); // after the redraws sent before it
   };
   model.on("msg:custom", onMessage);
+  const received = () => model.send({ kind: SEEN, revision: model.get("_revision") });
+  model.on("change:_revision", received);
+  received();
   let Plotly;
   status.note("loading plotly.js…");
   try {
@@ -265,7 +275,10 @@ async function render({ model, el }) {
     console.error("[spanviz] plotly.js did not load", e);
     status.error(`figure not drawn: plotly.js did not load (${describe(e)}) — run the cell again or reload the page`);
     busy.dispose();
-    return () => model.off("msg:custom", onMessage);
+    return () => {
+      model.off("msg:custom", onMessage);
+      model.off("change:_revision", received);
+    };
   }
   status.clear();
   const decode = decoder();
@@ -317,6 +330,8 @@ async function render({ model, el }) {
     seen.disconnect();
     busy.dispose();
     model.off("msg:custom", onMessage);
+    model.off("change:_revision", received);
+    model.off("change:_revision", draw);
     Plotly.purge(div);
   };
 }

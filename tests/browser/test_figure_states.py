@@ -69,6 +69,9 @@ def test_a_queued_redraw_shows_busy_at_once_and_clears_when_drawn(lab: dict, bro
         drawn = page.wait_until("the busy state to end", lambda: box(page, "slow")["busy"] is None, timeout=60)
         assert drawn and not box(page, "slow")["badge"]
         assert page.figure("slow")["sig"] == before["sig"] != moved["sig"]  # freq back to 1: the first curve again
+        # The page told the kernel which revision it has taken in (the back-pressure of live training updates).
+        page.wait_until("the kernel to hear which revision the page has", lambda: (t := page.kernel_eval(
+            name, "print(view.widget._seen, view.widget.revision)").split()) and t[0] == t[1] != "None")
         # A key press at the end of the range moves nothing and sends nothing: no busy state that would never end.
         handle.press("Home")
         page.page.wait_for_timeout(300)
