@@ -15,7 +15,12 @@ while the kernel handles one from the browser for that widget.
 The user interface wins over training: a background training thread lowers its own CPU priority (Linux: a nice
 value per thread, :data:`TRAIN_NICE`), so the kernel's own thread — which handles a slider's message and computes
 the redraw — and the browser drawing it get the CPU first when both want it, on a machine where several notebooks
-train at once; on an idle machine training runs as fast as before.
+train at once; on an idle machine training runs as fast as before. One limit: where Linux schedules each session as
+a group (autogroup, ``/proc/sys/kernel/sched_autogroup_enabled`` = 1, and Jupyter starts every kernel in a session
+of its own), a nice value ranks threads only *within* their group — the kernel's own thread still wins over its
+training thread, but a training kernel as a whole keeps a group's share against the browser. What keeps the browser
+from falling behind several training kernels is the back-pressure of live updates (see
+:meth:`spanviz.figure_widget.PlotlyFigure.behind`).
 
 Why a thread: a blocking training loop in a notebook cell streams plot updates, but a Stop click is only
 handled after the cell ends (the kernel reads the click's message once the cell's code returns). Scripts and
@@ -51,8 +56,8 @@ STATES = ("idle", "running", "done", "stopped", "error")
 TRAIN_NICE = 10
 """The nice value a background training thread gives itself (Linux, where the priority is per thread; elsewhere
 nothing changes). At 10 a thread gets about a tenth of the CPU share of a normal-priority one that wants the CPU at
-the same time — the kernel thread handling a control, the browser, the server — and all the CPU nobody else
-wants. 19 (the lowest) starved training behind any other busy program; the measurements are in the report of
+the same time — the kernel thread handling a control, the browser, the server (within one scheduling group: see the
+module docstring on autogroup) — and all the CPU nobody else wants. 19 (the lowest) starved training behind any other busy program; the measurements are in the report of
 issue 21."""
 
 

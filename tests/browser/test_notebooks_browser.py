@@ -106,13 +106,13 @@ def move(lab: Lab, control: Control) -> str:
     return f"{control.label} pressed"
 
 
-def check_control(lab: Lab, notebook: str, control: Control, live_too: bool = True) -> None:
-    """The control redraws its own figures, and no other figure's drawn data changes (``live_too=False``:
-    training figures may change anyway, a run is going)."""
+def check_control(lab: Lab, notebook: str, control: Control, live_too: bool = True, timeout: float = 90.0) -> None:
+    """The control redraws its own figures (each within ``timeout`` seconds), and no other figure's drawn data
+    changes (``live_too=False``: training figures may change anyway, a run is going)."""
     before = {f["name"]: f for f in lab.figures()}
     done = move(lab, control)
     for view in sorted(control.own):
-        lab.wait_figure_change(view, before[view], done)
+        lab.wait_figure_change(view, before[view], done, timeout=timeout)
     after = {f["name"]: f for f in lab.figures()}
     others = [v for v in before if v and v not in control.own and (live_too or not v.startswith("train-"))]
     moved = [v for v in others if after[v]["sig"] != before[v]["sig"]]
@@ -238,7 +238,7 @@ def test_four_notebooks_in_one_lab_kernels_training_under_load(
                 page.activate(notebook)
                 page.wait_all_drawn(case.figures, f"{notebook}, four notebooks open, all training", timeout=300)
                 control = case.controls[case.busy_control]
-                check_control(page, notebook, control, live_too=False)
+                check_control(page, notebook, control, live_too=False, timeout=TIMED_WAIT_S)
                 latencies[notebook] = timed_moves(page, control, TIMED_MOVES)
                 page.wait_until("every figure of the panel out of its busy state",
                                 lambda: page.page.locator(f"{ACTIVE} .spanviz-figure[aria-busy]").count() == 0, 90)
