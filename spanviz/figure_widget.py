@@ -9,20 +9,44 @@ a core) a figure whose import took longer than 2 s stays blank for good — empt
 ignores every later update. Each rebuilt figure is a new model and another chance to fail.
 
 :class:`PlotlyFigure` avoids both halves of that: its module is a few kilobytes (imported well inside the
-deadline), plotly.js travels once per kernel in a shared :class:`PlotlyJS` model and is evaluated once per page,
-and the figure is *state*, not a stream of edit messages: the traits ``_data`` and ``_layout`` always hold the
+deadline), plotly.js travels once per page (the first view asks its kernel for it with a custom message: no
+other widget model is looked up, so nothing depends on anywidget's ``widget_manager``) and is evaluated once per
+page and version, and the figure is *state*, not a stream of edit messages: the traits ``_data`` and ``_layout`` always hold the
 whole figure, so a view draws the latest state whenever it comes to exist, and an update merged with another
 one (ipywidgets holds messages while it handles one from the browser) loses nothing. A new figure structure
 (another preset, a replay) is a new state of the same widget, never a new widget.
 
 Arrays travel as binary buffers (numpy in, typed arrays out; NaN allowed, e.g. masked attention scores).
+
+A reopened notebook (its kernel stopped: the next day, a Binder restart) still holds every widget output, but no
+kernel has their models, and JupyterLab shows "Error displaying widget: model not found" in their place. So in a
+kernel that shows a spanviz figure, every widget output is preceded by a one-line hint to run the notebook again
+(:func:`install_reopen_hint`); its style sheet hides it while the widget is live and, in a trusted notebook (the
+usual case: one the student saved), hides the stale error in its place.
+
+The front end is ``static/loader.js`` (the anywidget module: a few lines that import ``static/figure.js``, synced
+in ``_module``, once per page), ``figure.js`` and ``static/figure.css``. What the box shows besides the figure: a line
+while plotly.js loads; a one-line error when plotly.js, a redraw or the figure module fails (and, from the style
+sheet, when even the loader never ran); and a busy state
+from the moment a control of the same panel moves until the redraw is drawn, or until the kernel says the input is
+handled (:meth:`PlotlyFigure.settled`, which :class:`spanviz.widgets.Panel` calls after every control change).
+
+Live updates have back-pressure: each view tells its kernel which revision the page has taken in, and a panel that
+streams training updates skips one while the page has not taken in the last (:meth:`PlotlyFigure.behind`). So
+several notebooks training never send a busy browser more than it takes in: a backlog would make a slider's redraw
+wait behind it and, once the server's websocket ping goes unanswered for 90 s, drop the kernel's connection
+("Connection lost, reconnecting") with the messages in flight.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
+import logging
 import math
 import pathlib
+import sys
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,6 +56,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs, get_plotlyjs_version
 import traitlets as T
+from IPython.display import publish_display_data
 
 _NUMERIC_KINDS = "biuf"
 
@@ -71,26 +96,81 @@ def _to_json(value: Any, _widget: Any) -> Any:
     return encode(value)
 
 
-class PlotlyJS(W.Widget):
-    """plotly.js's source, shared by every :class:`PlotlyFigure` of a kernel (sent to the browser once).
+PLOTLY_REQUEST = "spanviz-plotly-js"
+"""The custom message a view sends to ask for plotly.js, and the kind of the answer (the source in one buffer)."""
+SETTLED = "spanviz-settled"
+"""The custom message that ends a view's busy state (see :meth:`PlotlyFigure.settled`)."""
+SEEN = "spanviz-seen"
+"""The custom message a view sends once the page has taken in a revision (``{"kind", "revision"}``): the
+back-pressure of live updates (see :meth:`PlotlyFigure.behind`)."""
+HOLD_MAX_S = 5.0
+"""The longest :meth:`PlotlyFigure.behind` holds live updates back for a view that does not answer (a closed page)."""
 
-    A plain ``@jupyter-widgets/base`` model: it has no view; figure views read ``source`` and evaluate it
-    once per page and version.
+logger = logging.getLogger(__name__)
+
+
+_STATIC = pathlib.Path(__file__).parent / "static"
+_FIGURE_MODULE = (_STATIC / "figure.js").read_text(encoding="utf-8")
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+REOPEN_HINT = "↻ This interactive output needs the notebook's kernel: run the notebook again (Run → Run All Cells)."
+"""The line shown in place of a widget whose kernel is gone (see :func:`install_reopen_hint`)."""
+
+# JupyterLab (and Notebook 7) render a widget output in an output element of its own; when the widget's model is not
+# found, jupyterlab-manager writes an error text into that element and gives it the class "jupyter-widgets", while a
+# live view puts that class on a child instead. The hint is hidden unless its output area holds such a stale element,
+# which it then hides. Without the style sheet (an untrusted notebook, GitHub, nbviewer) the hint simply shows.
+_STALE = ".jp-OutputArea-output.jupyter-widgets"
+_REOPEN_HINT_HTML = (
+    "<style>.spanviz-reopen-hint{display:none}"
+    f".jp-OutputArea:has({_STALE}) .spanviz-reopen-hint{{display:block}}"
+    f".jp-OutputArea:has(.spanviz-reopen-hint)>.jp-OutputArea-child:has(>{_STALE}){{display:none}}</style>"
+    '<div class="spanviz-reopen-hint" style="padding:3px 8px;border-left:3px solid #e0a800;background:#fff8e1;'
+    f'color:#5d4200;font-size:13px">{REOPEN_HINT.replace("Run → Run All Cells", "<b>Run → Run All Cells</b>")}</div>'
+)
+
+
+def reopen_hint_bundle() -> dict[str, str]:
+    """The hint's display data: HTML with its style sheet, and the plain line."""
+    return {"text/html": _REOPEN_HINT_HTML, "text/plain": REOPEN_HINT}
+
+
+def _hinted_bundle(widget: W.DOMWidget) -> dict[str, Any] | None:
+    bundle = widget._repr_mimebundle_()
+    if bundle and WIDGET_VIEW in bundle:
+        publish_display_data(reopen_hint_bundle())
+    return bundle
+
+
+def install_reopen_hint() -> bool:
+    """In a Jupyter kernel, make every widget output (``ipywidgets.DOMWidget``, a panel or any other) come with the
+    reopen hint, published just before it. Idempotent; the widget's own output is unchanged.
+
+    It registers a printer for ``DOMWidget`` with IPython's mime-bundle formatter (the registered API for a type's
+    display). Outside a kernel (a script, a terminal IPython) it does nothing.
+
+    Returns:
+        True when the hint is installed in this process's kernel.
     """
+    shell = _kernel_shell()
+    if shell is None:
+        return False
+    formatter = shell.display_formatter.mimebundle_formatter
+    if formatter.type_printers.get(W.DOMWidget) is not _hinted_bundle:
+        formatter.for_type(W.DOMWidget, _hinted_bundle)
+    return True
 
-    source = T.Unicode("").tag(sync=True)
-    version = T.Unicode("").tag(sync=True)
+
+def _kernel_shell() -> Any:
+    """The IPython shell of the Jupyter kernel this runs in, else None."""
+    shell = sys.modules["IPython"].get_ipython() if "IPython" in sys.modules else None
+    return shell if shell is not None and hasattr(shell, "kernel") else None
 
 
-_PLOTLY_JS: PlotlyJS | None = None
-
-
-def plotly_js() -> PlotlyJS:
-    """The kernel's shared :class:`PlotlyJS` (made on first use, from the plotly.js bundled with plotly.py)."""
-    global _PLOTLY_JS
-    if _PLOTLY_JS is None or _PLOTLY_JS.comm is None:
-        _PLOTLY_JS = PlotlyJS(source=get_plotlyjs(), version=get_plotlyjs_version())
-    return _PLOTLY_JS
+@functools.cache
+def plotly_source() -> bytes:
+    """plotly.js as bundled with plotly.py (UTF-8, ≈ 4.8 MB), what a view evaluates once per page."""
+    return get_plotlyjs().encode("utf-8")
 
 
 def _arrays(value: Any) -> Any:
@@ -126,18 +206,62 @@ class PlotlyFigure(anywidget.AnyWidget):
         revision: bumped by every :meth:`show`; a view marks the drawn revision in ``data-revision``.
     """
 
-    _esm = pathlib.Path(__file__).parent / "static" / "figure.js"
+    _esm = _STATIC / "loader.js"  # a few lines that import _module and say in the box when it fails
+    _css = _STATIC / "figure.css"
+    _module = T.Unicode(_FIGURE_MODULE).tag(sync=True)
     _data = T.List().tag(sync=True, to_json=_to_json)
     _layout = T.Dict().tag(sync=True, to_json=_to_json)
     _config = T.Dict().tag(sync=True)
     _revision = T.Int(0).tag(sync=True)
-    _plotly = T.Instance(PlotlyJS).tag(sync=True, **W.widget_serialization)
+    _plotly_version = T.Unicode(get_plotlyjs_version()).tag(sync=True)
 
     def __init__(self, fig: go.Figure | None = None, config: Mapping[str, Any] | None = None) -> None:
         data, layout = figure_state(fig if fig is not None else go.Figure())
-        super().__init__(_plotly=plotly_js(), _data=data, _layout=layout,
+        super().__init__(_data=data, _layout=layout,
                          _config=dict(config or {"responsive": True, "displaylogo": False}),
                          layout=W.Layout(width="100%"))
+        self.add_class("spanviz-figure")
+        self._seen: int | None = None  # the newest revision a view on a page has taken in (None: no view said so)
+        self._shown_at = time.monotonic()
+        self.on_msg(self._answer)
+        install_reopen_hint()
+
+    def _answer(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        """A view asks for plotly.js: send it (or, if it cannot be read, say why in one line); or it says which
+        revision the page has taken in (:meth:`behind`)."""
+        if not isinstance(content, dict):
+            return
+        if content.get("kind") == SEEN and isinstance(content.get("revision"), int):
+            self._seen = max(self._seen if self._seen is not None else -1, content["revision"])
+            return
+        if content.get("kind") != PLOTLY_REQUEST:
+            return
+        try:
+            source = plotly_source()
+        except Exception as exc:  # noqa: BLE001 - the view shows the reason inside its box
+            logger.warning("spanviz: plotly.js could not be read: %s", exc)
+            self.send({"kind": PLOTLY_REQUEST, "error": f"plotly.js could not be read in the kernel: {exc}"})
+            return
+        self.send({"kind": PLOTLY_REQUEST, "version": self._plotly_version}, buffers=[source])
+
+    def settled(self) -> None:
+        """Tell the views that the kernel has handled the input they show busy for: a view leaves its busy state once
+        every redraw sent before this message is drawn. Does nothing when the widget is closed."""
+        if self.comm is not None:
+            self.send({"kind": SETTLED})
+
+    def behind(self) -> bool:
+        """True while a page shows this figure and has not yet taken in its newest revision: a live update sent now
+        would only queue behind the last one (on the websocket and in the page's one main thread), so a caller that
+        streams updates (:class:`spanviz.widgets.TrainingPanel`) skips it, and the next one carries the newest data.
+
+        Views say which revision they have taken in (a ``"spanviz-seen"`` message, sent when a revision arrives,
+        drawn or not). False when no view has ever said so (no page: a script, a notebook run headless) and once the
+        newest revision is :data:`HOLD_MAX_S` old (a page that closed meanwhile), so updates never stop for good.
+        """
+        if self._seen is None or self._seen >= self._revision:
+            return False
+        return time.monotonic() - self._shown_at < HOLD_MAX_S
 
     @property
     def data(self) -> list[dict[str, Any]]:
@@ -165,6 +289,8 @@ class PlotlyFigure(anywidget.AnyWidget):
                 self._layout = dict(layout)
             if redraw:
                 self._revision += 1
+        if redraw:
+            self._shown_at = time.monotonic()
 
     def show_figure(self, fig: go.Figure) -> None:
         """Show another figure (new traces and layout) in this same widget."""

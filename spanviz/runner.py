@@ -12,6 +12,16 @@ Where the callbacks run: on the event loop of the thread that called :meth:`Runn
 only change on the kernel's loop: ipywidgets is not thread-safe, and it merges the messages a widget sends
 while the kernel handles one from the browser for that widget.
 
+The user interface wins over training: a background training thread lowers its own CPU priority (Linux: a nice
+value per thread, :data:`TRAIN_NICE`), so the kernel's own thread — which handles a slider's message and computes
+the redraw — and the browser drawing it get the CPU first when both want it, on a machine where several notebooks
+train at once; on an idle machine training runs as fast as before. One limit: where Linux schedules each session as
+a group (autogroup, ``/proc/sys/kernel/sched_autogroup_enabled`` = 1, and Jupyter starts every kernel in a session
+of its own), a nice value ranks threads only *within* their group — the kernel's own thread still wins over its
+training thread, but a training kernel as a whole keeps a group's share against the browser. What keeps the browser
+from falling behind several training kernels is the back-pressure of live updates (see
+:meth:`spanviz.figure_widget.PlotlyFigure.behind`).
+
 Why a thread: a blocking training loop in a notebook cell streams plot updates, but a Stop click is only
 handled after the cell ends (the kernel reads the click's message once the cell's code returns). Scripts and
 notebook execution in CI want the blocking path instead: ``start(..., blocking=True)`` or the environment
@@ -26,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 import threading
 import time
@@ -41,6 +52,13 @@ from spanviz.train.record import append_rows  # the one history appender; re-exp
 logger = logging.getLogger(__name__)
 
 STATES = ("idle", "running", "done", "stopped", "error")
+
+TRAIN_NICE = 10
+"""The nice value a background training thread gives itself (Linux, where the priority is per thread; elsewhere
+nothing changes). At 10 a thread gets about a tenth of the CPU share of a normal-priority one that wants the CPU at
+the same time — the kernel thread handling a control, the browser, the server (within one scheduling group: see the
+module docstring on autogroup) — and all the CPU nobody else wants. 19 (the lowest) starved training behind any other busy program; the measurements are in the report of
+issue 21."""
 
 
 class TrainerLike(Protocol):
@@ -97,8 +115,10 @@ class Runner:
         refresh_hz: maximum refresh rate (> 0), default 4 Hz.
         threads: torch intra-op threads while training (restored afterwards; torch's setting is global to
             the process); None = leave torch's setting.
+        nice: the nice value the background thread gives itself (:data:`TRAIN_NICE`; 0 to 19; None = leave its
+            priority). Blocking runs never change the caller's priority (it could not be raised back).
     Raises:
-        ValueError: refresh_hz <= 0, threads < 1.
+        ValueError: refresh_hz <= 0, threads < 1, nice outside 0..19.
 
     Attributes:
         state: one of :data:`STATES`. histories: ``{label: history}`` (read with :meth:`snapshot`).
@@ -117,13 +137,16 @@ class Runner:
         on_finish: Callable[[Runner], None] | None = None,
         refresh_hz: float = 4.0,
         threads: int | None = None,
+        nice: int | None = TRAIN_NICE,
     ) -> None:
         if not refresh_hz > 0:
             raise ValueError(f"refresh_hz must be > 0, got {refresh_hz!r}")
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise ValueError(f"threads must be an integer >= 1 or None, got {threads!r}")
+        if nice is not None and (isinstance(nice, bool) or not isinstance(nice, int) or not 0 <= nice <= 19):
+            raise ValueError(f"nice must be an integer in 0..19 or None, got {nice!r}")
         self.on_update, self.on_finish, self.refresh_hz = on_update, on_finish, float(refresh_hz)
-        self.threads = threads
+        self.threads, self.nice = threads, nice
         self.state = "idle"
         self.error: BaseException | None = None
         self.error_text: str | None = None
@@ -216,7 +239,8 @@ class Runner:
             if raise_errors and self.error is not None:
                 raise self.error
         else:
-            self._thread = threading.Thread(target=self._work, args=(replays,), name="spanviz-runner", daemon=True)
+            self._thread = threading.Thread(target=self._background, args=(replays,), name="spanviz-runner",
+                                            daemon=True)
             self._thread.start()
 
     def stop(self, wait: bool = True, timeout: float = 2.0) -> bool:
@@ -300,6 +324,10 @@ class Runner:
         except RuntimeError:  # the loop was closed (kernel shutting down): nobody is watching, just run it
             fn()
 
+    def _background(self, replays: bool) -> None:
+        lower_thread_priority(self.nice)
+        self._work(replays)
+
     def _work(self, replays: bool) -> None:
         if self.threads is None:
             self._train(replays)
@@ -352,6 +380,24 @@ class Runner:
                 with self._lock:
                     self._trainers = {}
             self._finish()
+
+
+def lower_thread_priority(nice: int | None) -> int | None:
+    """Give the calling thread the nice value ``nice`` unless it is nicer already (Linux: ``os.setpriority`` on the
+    thread's native id sets that thread's priority only). Returns the thread's nice value afterwards, or None where
+    per-thread priorities are not available (other systems) or ``nice`` is None. Never raises: a refused change is
+    logged and training goes on at the old priority."""
+    if nice is None or not sys.platform.startswith("linux"):
+        return None
+    tid = threading.get_native_id()
+    try:
+        current = os.getpriority(os.PRIO_PROCESS, tid)
+        if current < nice:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+        return os.getpriority(os.PRIO_PROCESS, tid)
+    except OSError as exc:
+        logger.info("spanviz: could not lower the training thread's priority: %s", exc)
+        return None
 
 
 def _in_kernel() -> bool:

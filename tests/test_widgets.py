@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from spanviz import plots, widgets
-from spanviz.figure_widget import PlotlyFigure, encode
+from spanviz.figure_widget import SEEN, PlotlyFigure, encode
 from spanviz.model import GPTConfig
 from spanviz.runner import Job, Runner, append_rows
 from spanviz.train import TrainConfig
@@ -293,6 +293,24 @@ def test_blocking_env_var_runs_in_caller_thread_and_reraises(monkeypatch):
     with pytest.raises(RuntimeError, match="boom"):
         failing.train()
     assert "boom" in failing.error.value
+
+
+def test_live_updates_wait_until_the_page_has_taken_in_the_last_one():
+    """Back-pressure: once a view on a page has said which revision it has, a live update is sent only when the page
+    has the one before; the end of the run always draws. Without a page (no view ever answered) nothing is held."""
+    runs = {}
+    for page in (True, False):
+        panel = fake_panel(steps=30, delay=0.002, refresh_hz=1000.0)
+        fig = panel.views["loss"].widget
+        if page:  # a view on a page has taken in the figure as it is now, and then never answers again
+            fig._handle_custom_msg({"kind": SEEN, "revision": fig.revision}, [])
+        start = fig.revision
+        panel.train(blocking=True)
+        runs[page] = fig.revision - start
+        assert len(panel.views["loss"].figure.data[1].y) == 30  # run "a": every step drawn at the end
+        assert panel.status.value == "done: 30/30 steps per run"
+    assert runs[True] == 2, "the first update, then nothing until the run's end"
+    assert runs[False] > 5, runs
 
 
 def test_refreshes_are_throttled():

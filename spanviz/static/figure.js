@@ -1,4 +1,5 @@
-// spanviz's figure widget (anywidget module): one plotly.js figure drawn from the model's *state*.
+// spanviz's figure widget, stage two (loader.js imports it from the model's `_module` once per page): one plotly.js
+// figure drawn from the model's *state*.
 //
 // The Python side (spanviz/figure_widget.py) keeps the whole figure in two synced traits, `_data` (a list of
 // trace objects; numpy arrays arrive as binary buffers {dtype, shape, buffer}) and `_layout`. A view draws
@@ -6,12 +7,30 @@
 // (sent with the data), so an update that arrives before the view exists is never lost: the view draws the
 // latest state. `data-revision` on the plot element names the revision drawn last.
 //
-// plotly.js (4.8 MB) is not part of this module: a shared model (`_plotly`, one per kernel) holds its source,
-// and the first view on the page evaluates it once. This module stays a few kilobytes, so anywidget's
-// model-initialisation deadline (2 s, after which it drops every message to the model) is met even on a
-// busy machine. See PlotlyFigure's docstring for why that matters.
+// plotly.js (4.8 MB) is not part of this module: the first view on the page asks its kernel for it with a custom
+// message and evaluates it once per page and version (`_plotly_version`). The anywidget module (loader.js) stays
+// tiny, so anywidget's model-initialisation deadline (2 s, after which it drops every message to the model) is met
+// even on a busy machine. See PlotlyFigure's docstring for why that matters. Only anywidget's stable model API is
+// used (get, on, off, send): no other widget model is looked up.
+//
+// What a student sees besides the figure (figure.css styles it):
+// - one line inside the box while plotly.js loads, and an error line when plotly.js or a redraw fails (the
+//   console has the details); loader.js does the same when this module fails to load or to render;
+// - a busy state (`aria-busy="true"` on the view, the plot dimmed, "updating…") from the moment a control of
+//   the same panel is moved until the kernel's redraw is drawn (or the kernel says the input is handled:
+//   a "spanviz-settled" message), so a redraw queued behind training never looks like a dead control.
+//
+// Back-pressure: every view tells its kernel which revision the page has taken in (a "spanviz-seen" message, when
+// the revision arrives, drawn or not: a hidden figure is not drawn). A kernel that streams training updates sends
+// the next one only then (PlotlyFigure.behind), so several training notebooks never send the page more than it
+// takes in: a backlog would delay a slider's redraw behind it and, past the server's ping timeout (90 s without an
+// answer), drop the kernel's connection ("Connection lost, reconnecting") with the messages in flight.
 
+// ------------------------------------------------------------------------------- plotly.js, once per page
 const CACHE = "__spanviz_plotly__";
+const PLOTLY_REQUEST = "spanviz-plotly-js";
+const SETTLED = "spanviz-settled";
+const SEEN = "spanviz-seen";
 
 function loadScript(source) {
   // A classic script (plotly.min.js is a UMD bundle). plotly.js assigns window.Plotly: keep the page's own.
@@ -20,25 +39,168 @@ function loadScript(source) {
     const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
     const script = document.createElement("script");
     script.src = url;
-    script.onload = () => {
+    const done = () => {
       const Plotly = window.Plotly;
       window.Plotly = before;
       URL.revokeObjectURL(url);
       script.remove();
-      resolve(Plotly);
+      return Plotly;
     };
-    script.onerror = () => reject(new Error("[spanviz] plotly.js failed to load"));
+    script.onload = () => {
+      const Plotly = done();
+      if (Plotly && Plotly !== before && typeof Plotly.react === "function") resolve(Plotly);
+      else reject(new Error("plotly.js ran but defined no Plotly.react"));
+    };
+    script.onerror = () => {
+      done();
+      reject(new Error("plotly.js failed to load"));
+    };
     document.head.appendChild(script);
   });
 }
 
-async function plotly(model) {
-  const id = String(model.get("_plotly")).replace(/^IPY_MODEL_/, "");
-  const holder = await model.widget_manager.get_model(id);
-  const version = holder.get("version");
+function requestSource(model) {
+  // The kernel answers {kind: PLOTLY_REQUEST} with the source as one binary buffer (UTF-8).
+  return new Promise((resolve, reject) => {
+    const answer = (msg, buffers) => {
+      if (!msg || msg.kind !== PLOTLY_REQUEST) return;
+      model.off("msg:custom", answer);
+      if (!buffers || !buffers.length) reject(new Error(msg.error || "the kernel sent no plotly.js"));
+      else resolve(new TextDecoder().decode(buffers[0]));
+    };
+    model.on("msg:custom", answer);
+    model.send({ kind: PLOTLY_REQUEST });
+  });
+}
+
+function plotly(model) {
+  const version = model.get("_plotly_version");
   const cache = (window[CACHE] = window[CACHE] || {});
-  if (!cache[version]) cache[version] = loadScript(holder.get("source"));
+  if (!cache[version]) {
+    const loading = requestSource(model).then(loadScript);
+    cache[version] = loading;
+    loading.catch(() => {
+      if (cache[version] === loading) delete cache[version]; // the next view asks again
+    });
+  }
   return cache[version];
+}
+
+// --------------------------------------------------------------------------- the line inside the box
+function statusLine(el) {
+  const line = document.createElement("div");
+  line.className = "spanviz-figure-status";
+  el.appendChild(line);
+  const show = (kind, text) => {
+    line.dataset.kind = kind;
+    line.textContent = text;
+    line.hidden = !text;
+    if (kind === "error") line.setAttribute("role", "alert");
+    else line.removeAttribute("role");
+  };
+  return {
+    note: (text) => show("note", text),
+    error: (text) => show("error", `⚠ ${text}`),
+    clear: () => show("", ""),
+  };
+}
+
+function describe(e) {
+  return String((e && e.message) || e).split("\n")[0].slice(0, 200);
+}
+
+// ------------------------------------------------------------------------------------------ busy state
+// One listener per page notices the inputs a person makes on widget controls (a slider moved, an option
+// picked, a button pressed) and tells every spanviz figure of the same panel (`.spanviz-panel`, else the same
+// cell output) that a redraw is on its way, before the kernel has even read the input.
+const INPUTS = "__spanviz_inputs__";
+const BUSY = "spanviz-busy";
+const SLIDER_KEYS = new Set(["ArrowLeft", "ArrowRight", "ArrowUp", "ArrowDown", "PageUp", "PageDown", "Home", "End"]);
+
+function watchInputs() {
+  if (window[INPUTS]) return;
+  window[INPUTS] = true;
+  const control = (target) => target instanceof Element && target.closest(".jupyter-widgets")
+    && !target.closest(".spanviz-figure") ? target : null;
+  const mark = (target) => {
+    const scope = target.closest(".spanviz-panel") || target.closest(".jp-OutputArea-output")
+      || target.closest(".widget-box");
+    if (!scope) return;
+    for (const fig of scope.querySelectorAll(".spanviz-figure")) fig.dispatchEvent(new CustomEvent(BUSY));
+  };
+  const readout = (slider) => slider.querySelector(".widget-readout")?.textContent;
+  // A slider counts when its readout changed (a key press at the end of the range, or a click on the handle
+  // that does not move it, sends nothing to the kernel, so nothing will come back).
+  const ifMoved = (slider, target) => {
+    const before = readout(slider);
+    return () => {
+      if (before === undefined || readout(slider) !== before) {
+        mark(target);
+        return true;
+      }
+      return false;
+    };
+  };
+  document.addEventListener("keydown", (event) => {
+    const target = control(event.target);
+    const slider = target && SLIDER_KEYS.has(event.key) && target.closest(".noUi-handle") && target.closest(".widget-slider");
+    if (slider) setTimeout(ifMoved(slider, target), 0);
+  }, true);
+  document.addEventListener("pointerdown", (event) => {
+    const target = control(event.target);
+    const slider = target && target.closest(".noUi-target") && target.closest(".widget-slider");
+    if (!slider) return;
+    const moved = ifMoved(slider, target);
+    const check = () => {
+      if (moved()) stop();
+    };
+    const stop = () => {
+      document.removeEventListener("pointermove", check, true);
+      document.removeEventListener("pointerup", last, true);
+    };
+    const last = () => setTimeout(() => {
+      check();
+      stop();
+    }, 0);
+    document.addEventListener("pointermove", check, true);
+    document.addEventListener("pointerup", last, true);
+  }, true);
+  document.addEventListener("change", (event) => {
+    const target = control(event.target);
+    if (target && target.matches("select, input[type=checkbox], input[type=radio]")) mark(target);
+  }, true);
+  document.addEventListener("click", (event) => {
+    const target = control(event.target);
+    const button = target && target.closest("button");
+    if (!button || button.disabled) return;
+    if (button.classList.contains("widget-toggle-button") && button.classList.contains("mod-active")) return;
+    mark(button);
+  }, true);
+}
+
+const BUSY_GIVE_UP_MS = 60000; // no answer at all: stop claiming a redraw is coming
+const BUSY_SLOW_MS = 10000;
+
+function busyState(el) {
+  const badge = document.createElement("div");
+  badge.className = "spanviz-figure-busy";
+  badge.textContent = "updating…";
+  el.appendChild(badge);
+  let timers = [];
+  const set = (busy) => {
+    timers.forEach(clearTimeout);
+    timers = [];
+    if (busy) {
+      el.setAttribute("aria-busy", "true");
+      badge.textContent = "updating…";
+      timers = [setTimeout(() => { badge.textContent = "still updating… (a busy machine)"; }, BUSY_SLOW_MS),
+                setTimeout(() => set(false), BUSY_GIVE_UP_MS)];
+    } else {
+      el.removeAttribute("aria-busy");
+    }
+  };
+  el.addEventListener(BUSY, () => set(true));
+  return { done: () => set(false), dispose: () => timers.forEach(clearTimeout) };
 }
 
 const ARRAYS = {
@@ -89,33 +251,87 @@ function decoder() {
   };
 }
 
+// ------------------------------------------------------------------------------------------------ view
 async function render({ model, el }) {
-  const Plotly = await plotly(model);
+  watchInputs();
+  const status = statusLine(el);
+  const busy = busyState(el);
   const div = document.createElement("div");
   div.style.width = "100%";
   el.appendChild(div);
+  let chain = Promise.resolve();
+  const onMessage = (msg) => {
+    if (msg && msg.kind === SETTLED) chain = chain.then(busy.done); // after the redraws sent before it
+  };
+  model.on("msg:custom", onMessage);
+  const received = () => model.send({ kind: SEEN, revision: model.get("_revision") });
+  model.on("change:_revision", received);
+  received();
+  let Plotly;
+  status.note("loading plotly.js…");
+  try {
+    Plotly = await plotly(model);
+  } catch (e) {
+    console.error("[spanviz] plotly.js did not load", e);
+    status.error(`figure not drawn: plotly.js did not load (${describe(e)}) — run the cell again or reload the page`);
+    busy.dispose();
+    return () => {
+      model.off("msg:custom", onMessage);
+      model.off("change:_revision", received);
+    };
+  }
+  status.clear();
   const decode = decoder();
   let queued = false;
-  let chain = Promise.resolve();
+  let stale = false;
+  // A figure that is not rendered (a notebook in a background tab, a collapsed output) is not redrawn: with several
+  // notebooks training, their live figures would otherwise keep the page's one main thread busy, and the figure
+  // in front would wait behind them. It draws the newest state as soon as it is rendered again.
+  const hidden = () => (div.checkVisibility ? !div.checkVisibility() : div.getClientRects().length === 0);
   const draw = () => {
+    if (hidden()) {
+      stale = true;
+      return;
+    }
+    stale = false;
     if (queued) return; // one redraw is waiting already: it will read the newest state
     queued = true;
     chain = chain.then(async () => {
       queued = false;
       const revision = model.get("_revision");
       const { data, layout } = decode({ data: model.get("_data"), layout: model.get("_layout") });
+      // A responsive figure fills its element's height, and this element has none of its own: without a height in
+      // the layout the figure would collapse to nothing at its first update. plotly's default height, then.
+      if (layout.height === undefined) layout.height = 450;
       await Plotly.react(div, data, layout, model.get("_config"));
       div.dataset.revision = String(revision);
-    }).catch((e) => console.error("[spanviz] figure redraw failed", e));
+      status.clear();
+      busy.done();
+    }).catch((e) => {
+      console.error("[spanviz] figure redraw failed", e);
+      status.error(`figure not redrawn: ${describe(e)}`);
+      busy.done();
+    });
   };
   model.on("change:_revision", draw);
   draw();
+  const shown = () => {
+    if (stale && !hidden()) draw();
+  };
   const resized = new ResizeObserver(() => {
-    if (div.offsetWidth > 0) Plotly.Plots.resize(div);
+    if (stale) shown(); // shown again: display: none ended
+    else if (div.offsetWidth > 0 && div.dataset.revision !== undefined) Plotly.Plots.resize(div);
   });
   resized.observe(el);
+  const seen = new IntersectionObserver(shown); // shown again in other ways (content-visibility, scrolling)
+  seen.observe(el);
   return () => {
     resized.disconnect();
+    seen.disconnect();
+    busy.dispose();
+    model.off("msg:custom", onMessage);
+    model.off("change:_revision", received);
+    model.off("change:_revision", draw);
     Plotly.purge(div);
   };
 }

@@ -9,6 +9,7 @@ from typing import Any
 import ipywidgets as W
 from threadpoolctl import ThreadpoolController
 
+from spanviz.figure_widget import PlotlyFigure
 from spanviz.model import GPTConfig
 from spanviz.runner import Runner, TrainerLike
 from spanviz.threads import torch_threads
@@ -36,6 +37,12 @@ def analytic_threads() -> Iterator[None]:
     with torch_threads(ANALYTIC_THREADS), _BLAS.limit(limits=ANALYTIC_THREADS, user_api="blas"):
         yield
 
+PANEL_CLASS = "spanviz-panel"
+"""CSS class of a panel's box: a figure's busy state (static/figure.js) covers the controls inside it."""
+
+_DISPLAYS = (W.IntProgress, W.FloatProgress, W.HTML, W.HTMLMath, W.Label, W.Valid)
+"""Value widgets that only display (changed by the kernel, never by a person): no settle after them."""
+
 DEFAULT_PANEL_MODEL = GPTConfig(vocab_size=8192, context_length=64, n_layer=2, n_head=4, d_model=128)
 """The panels' model when none is given: the notebook size (d_head 32 < T 64, so spans are non-trivial)."""
 
@@ -44,8 +51,13 @@ class Panel:
     """A technique panel: controls and analytic views on top, a :class:`TrainingPanel` below.
 
     A subclass builds its controls (``self.controls``) and analytic views (``self.views``), then calls
-    :meth:`_attach_training` with its live views, and implements :meth:`_specs` (the runs Train starts, read
-    from the controls when Train is pressed).
+    :meth:`_attach_training` with its live views, implements :meth:`_specs` (the runs Train starts, read
+    from the controls when Train is pressed), and assigns ``self.widget`` last, once every control's own
+    callbacks are registered.
+
+    Assigning ``widget`` marks the box as a panel (CSS class ``spanviz-panel``: the figures' busy state covers the
+    panel) and makes every control (a value control or a button) end with :meth:`settle`, after its own callbacks
+    have redrawn what they redraw.
 
     Args:
         model_cfg: the panel's model (None: ``default_model``).
@@ -56,6 +68,8 @@ class Panel:
         widget: the VBox to display. controls: name → widget (the training buttons included). views: name →
         :class:`FigureView` (``train/<name>`` for the live ones). training: the :class:`TrainingPanel`.
     """
+
+    _widget: W.Box | None = None
 
     def __init__(self, model_cfg: GPTConfig | None, train_cfg: TrainConfig | None, static: bool | None,
                  default_model: GPTConfig = DEFAULT_PANEL_MODEL) -> None:
@@ -74,6 +88,30 @@ class Panel:
         self.views.update({f"train/{k}": v for k, v in self.training.views.items()})
         self.controls.update(self.training.controls)
         return self.training
+
+    @property
+    def widget(self) -> W.Box:
+        """The panel's box (what a notebook displays)."""
+        if self._widget is None:
+            raise AttributeError(f"{type(self).__name__} has not built its widget yet")
+        return self._widget
+
+    @widget.setter
+    def widget(self, box: W.Box) -> None:
+        self._widget = box
+        box.add_class(PANEL_CLASS)
+        for control in self.controls.values():
+            if isinstance(control, W.Button):
+                control.on_click(lambda _button: self.settle())
+            elif isinstance(control, W.ValueWidget) and not isinstance(control, _DISPLAYS):
+                control.observe(lambda _change: self.settle(), names="value")
+
+    def settle(self) -> None:
+        """Tell every figure of the panel that the input it shows busy for is handled (its redraws, if any, were sent
+        before this): :meth:`spanviz.figure_widget.PlotlyFigure.settled`. Static figures have no busy state."""
+        for view in self.views.values():
+            if isinstance(view.widget, PlotlyFigure):
+                view.widget.settled()
 
     def train_cfg(self) -> TrainConfig:
         """The training settings the panel was given, else :func:`default_train_cfg`."""

@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 
 from spanviz import plots
 from spanviz.data import load_tokens
+from spanviz.figure_widget import PlotlyFigure
 from spanviz.model import GPTConfig, TinyGPT
 from spanviz.runner import Job, Runner, TrainerLike
 from spanviz.settings import OFFLINE_SPLITS, resolve_data_source
@@ -159,6 +160,7 @@ class TrainingPanel:
         self.trainer_factory = trainer_factory or _default_trainer_factory
         self.live = list(live) if LOSS_VIEW in live else [LOSS_VIEW, *live]
         self.views = {v.name: FigureView(v.build({}), static=self.static, name=f"train/{v.name}") for v in self.live}
+        self._held = False  # a live update was skipped: the page had not taken in the one before
         self.runner = Runner(on_update=self._on_update, on_finish=self._on_finish, refresh_hz=refresh_hz,
                              threads=threads)
         start = W.Button(description="Train", icon="play", button_style="success", layout=W.Layout(width="110px"),
@@ -392,7 +394,18 @@ class TrainingPanel:
         """The status line's account of the last replay (runs, steps, devices, data when not yours), or ""."""
         return self._replay_note()
 
-    def _on_update(self, runner: Runner) -> None:
+    def _behind(self) -> bool:
+        """A page shows a live figure and has not taken in its last update yet (:meth:`PlotlyFigure.behind`)."""
+        return any(isinstance(v.widget, PlotlyFigure) and v.widget.behind() for v in self.views.values())
+
+    def _on_update(self, runner: Runner, hold: bool = True) -> None:
+        # Back-pressure: while the page has not taken in the last update, this one is skipped (the next carries the
+        # newest data, and the run's end always draws): several notebooks training never send a busy browser more
+        # than it takes in, so a slider's redraw does not wait behind a backlog of training updates.
+        if hold and self._behind():
+            self._held = True
+            return
+        self._held = False
         self.refresh()
         progress = self.controls["progress"]
         planned = list(runner.steps_planned.values())
@@ -408,6 +421,8 @@ class TrainingPanel:
         self.status.value = html.escape(" · ".join(parts))
 
     def _on_finish(self, runner: Runner) -> None:
+        if self._held:
+            self._on_update(runner, hold=False)
         c = self.controls
         c["start"].disabled, c["stop"].disabled = False, True
         c["resume"].disabled = not runner.resumable

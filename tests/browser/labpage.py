@@ -54,6 +54,24 @@ FIGURES_JS = """(els) => els.map((gd) => {
 })"""
 
 
+# Time the next user input (capture phase: before any widget handles it) until the figure of ``view`` in the notebook
+# in front marks a newer drawn revision (``data-revision``, set once Plotly.react resolved): what a student waits.
+ARM_JS = """(view) => {
+  const gd = document.querySelector(`.jp-NotebookPanel:not(.lm-mod-hidden) .spanviz-view-${view} .js-plotly-plot`);
+  const t = window.__spanvizTimed = {input: null, drawn: null, busyAtInput: null};
+  const input = () => {
+    if (t.input !== null) return;
+    t.input = performance.now();
+    // what the page shows right after the input reached the control (the control's own handlers ran first)
+    setTimeout(() => { t.busyAtInput = gd.closest('.spanviz-figure')?.getAttribute('aria-busy') ?? null; }, 0);
+  };
+  document.addEventListener('keydown', input, {capture: true, once: true});
+  document.addEventListener('change', input, {capture: true, once: true});
+  const seen = new MutationObserver(() => { seen.disconnect(); t.drawn = performance.now(); });
+  seen.observe(gd, {attributes: true, attributeFilter: ['data-revision']});
+}"""
+
+
 class Lab:
     """A JupyterLab page; console errors and page errors are collected in :attr:`errors`.
 
@@ -205,6 +223,23 @@ class Lab:
         return self.wait_until(f"figure {view!r} to draw new data after {what}",
                                lambda: (f := self.figure(view))["sig"] != before["sig"] and f["drawn"] and f,
                                timeout=timeout)
+
+    def timed(self, view: str, action: Callable[[], Any], timeout: float = 120.0) -> dict:
+        """Run ``action`` (an input on a control) and wait until the figure ``view`` draws a new revision.
+
+        Returns ``{"ms": input → drawn in milliseconds (None: nothing drawn within ``timeout``), "busy_at_input":
+        the figure's aria-busy right after the input}``.
+        """
+        self.page.evaluate(ARM_JS, view)
+        action()
+        deadline = time.monotonic() + timeout
+        while True:
+            t = self.page.evaluate("window.__spanvizTimed")
+            if t["drawn"] is not None and t["input"] is not None:
+                return {"ms": t["drawn"] - t["input"], "busy_at_input": t["busyAtInput"]}
+            if time.monotonic() > deadline:
+                return {"ms": None, "busy_at_input": t["busyAtInput"], "input_seen": t["input"] is not None}
+            self.page.wait_for_timeout(100)
 
     # ------------------------------------------------------------------------------------------ controls
     def slider(self, label: str) -> Locator:

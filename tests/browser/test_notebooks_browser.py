@@ -13,6 +13,8 @@ drawn, a control of each moving its own figure.
 
 from __future__ import annotations
 
+import math
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -24,6 +26,8 @@ from labpage import ACTIVE, Lab
 
 REPO = Path(__file__).resolve().parents[2]
 BUSY_LOAD = 4  # busy-loop processes of the multi-notebook test (on top of four training kernels)
+TIMED_WAIT_S = 120  # a timed move whose figure has not drawn by then counts as lost
+TIMED_MOVES = 6  # timed moves of each notebook's control in the multi-notebook test (4 × 6 = 24 latencies)
 
 
 @dataclass
@@ -102,17 +106,45 @@ def move(lab: Lab, control: Control) -> str:
     return f"{control.label} pressed"
 
 
-def check_control(lab: Lab, notebook: str, control: Control, live_too: bool = True) -> None:
-    """The control redraws its own figures, and no other figure's drawn data changes (``live_too=False``:
-    training figures may change anyway, a run is going)."""
+def check_control(lab: Lab, notebook: str, control: Control, live_too: bool = True, timeout: float = 90.0) -> None:
+    """The control redraws its own figures (each within ``timeout`` seconds), and no other figure's drawn data
+    changes (``live_too=False``: training figures may change anyway, a run is going)."""
     before = {f["name"]: f for f in lab.figures()}
     done = move(lab, control)
     for view in sorted(control.own):
-        lab.wait_figure_change(view, before[view], done)
+        lab.wait_figure_change(view, before[view], done, timeout=timeout)
     after = {f["name"]: f for f in lab.figures()}
     others = [v for v in before if v and v not in control.own and (live_too or not v.startswith("train-"))]
     moved = [v for v in others if after[v]["sig"] != before[v]["sig"]]
     assert not moved, f"{notebook}: {done} also changed the figures {moved}, not only {sorted(control.own)}"
+
+
+def timed_moves(lab: Lab, control: Control, moves: int) -> list[dict]:
+    """Move ``control`` back and forth ``moves`` times (one key press each) and time each input until its first own
+    figure drew the new data (:meth:`Lab.timed`)."""
+    assert control.kind == "slider", "timed moves are key presses on a slider"
+    back = {"ArrowLeft": "ArrowRight", "ArrowRight": "ArrowLeft"}[control.value]
+    view = sorted(control.own)[0]
+    handle = lab.slider(control.label).locator(".noUi-handle").first
+    readout = lab.slider(control.label).locator(".widget-readout")
+    out = []
+    for i in range(moves):
+        key = back if i % 2 == 0 else control.value  # the check before moved it with control.value
+        handle.focus()
+        before = readout.inner_text()
+        timed = lab.timed(view, lambda key=key: handle.press(key), timeout=TIMED_WAIT_S)
+        out.append({**timed, "move": f"{before} → {readout.inner_text()}"})
+    return out
+
+
+def latency_summary(latencies: dict[str, list[dict]]) -> str:
+    """Median, p95 (nearest rank) and max of the timed moves; a move never drawn counts as the longest."""
+    ms = sorted(x["ms"] if x["ms"] is not None else math.inf for xs in latencies.values() for x in xs)
+    if not ms:
+        return "no timed moves"
+    p95 = ms[min(len(ms) - 1, math.ceil(0.95 * len(ms)) - 1)]
+    return (f"control → redraw over {len(ms)} moves: median {ms[len(ms) // 2] / 1000:.2f} s, p95 {p95 / 1000:.2f} s, "
+            f"max {ms[-1] / 1000:.2f} s")
 
 
 def check_clean(lab: Lab, notebook: str) -> None:
@@ -191,6 +223,7 @@ def test_four_notebooks_in_one_lab_kernels_training_under_load(
     """The issue's scenario: one JupyterLab page, the notebooks opened one after another, every kernel left
     training (runs that do not end), busy-loop processes on top — every figure drawn, controls responsive."""
     t0 = time.monotonic()
+    latencies: dict[str, list[dict]] = {}
     extra = 0 if load_workers() else BUSY_LOAD  # under SPANVIZ_BROWSER_LOAD the package load is running already
     with cpu_load(extra), jupyter_lab(tmp_path_factory.mktemp("busy-lab"), {**spanviz_home, "SPANVIZ_STEPS": "100000"},
                                       sorted(NOTEBOOKS.glob("*.ipynb"))) as server:
@@ -204,14 +237,27 @@ def test_four_notebooks_in_one_lab_kernels_training_under_load(
             for notebook, case in CASES.items():
                 page.activate(notebook)
                 page.wait_all_drawn(case.figures, f"{notebook}, four notebooks open, all training", timeout=300)
-                check_control(page, notebook, case.controls[case.busy_control], live_too=False)
+                control = case.controls[case.busy_control]
+                check_control(page, notebook, control, live_too=False, timeout=TIMED_WAIT_S)
+                latencies[notebook] = timed_moves(page, control, TIMED_MOVES)
+                page.wait_until("every figure of the panel out of its busy state",
+                                lambda: page.page.locator(f"{ACTIVE} .spanviz-figure[aria-busy]").count() == 0, 90)
                 page.wait_status(RUNNING)
                 check_clean(page, notebook)
         except AssertionError as exc:
             shot = screenshot_dir / "FAILED-busy.png"
             page.page.screenshot(path=str(shot))
-            raise AssertionError(f"{exc}\n(screenshot {shot}; console:\n" + "\n".join(page.console[-20:]) + ")") \
-                from None
+            raise AssertionError(f"{exc}\n{latency_summary(latencies)}: {latencies}\n(screenshot {shot}; console:\n"
+                                 + "\n".join(page.console[-20:]) + ")") from None
         finally:
             page.close()
-    print(f"four notebooks under load: opened and ran in {opened:.0f} s, checked in {time.monotonic() - t0:.0f} s")
+    print(f"four notebooks under load: opened and ran in {opened:.0f} s, checked in {time.monotonic() - t0:.0f} s; "
+          + latency_summary(latencies) + f"; load average {os.getloadavg()[0]:.1f}")
+    for notebook, xs in latencies.items():
+        print(f"  {notebook}: " + ", ".join(f"{x['move']} {x['ms'] / 1000:.2f} s" if x["ms"] is not None else
+                                            f"{x['move']} NOT DRAWN" for x in xs)
+              + f"; busy right after the input: {[x['busy_at_input'] for x in xs]}")
+    lost = [(nb, x["move"]) for nb, xs in latencies.items() for x in xs if x["ms"] is None]
+    assert not lost, f"moves whose figure did not draw the new data within {TIMED_WAIT_S} s: {lost}"
+    not_busy = [(nb, x["move"]) for nb, xs in latencies.items() for x in xs if x["busy_at_input"] != "true"]
+    assert not not_busy, f"moves that showed no busy state right after the input: {not_busy}"

@@ -1,0 +1,140 @@
+"""What a figure's box shows besides the figure, in a real Chromium: the busy state while a redraw is queued, and a
+one-line error inside the box when plotly.js or the figure's module fails (not only in the console).
+
+Small notebooks of their own, written into the package's JupyterLab (see test_harness.py for the toolchain check).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from labpage import Lab
+
+SLOW_S = 4.0  # the kernel takes this long to redraw in the busy-state notebook: long enough to look at the page
+
+FIGURE = "document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .spanviz-view-{}')"
+
+
+def write(lab: dict, name: str, source: str) -> str:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(source)]
+    nbformat.write(nb, lab["root"] / name)
+    return name
+
+
+def box(page: Lab, view: str) -> dict:
+    """The figure box of ``view``: its busy attribute, whether the busy badge shows, its status line and the text its
+    style sheet puts into an empty box (with its visibility)."""
+    return page.page.evaluate(f"""() => {{
+      const el = {FIGURE.format(view)};
+      const badge = el.querySelector('.spanviz-figure-busy');
+      const status = el.querySelector('.spanviz-figure-status');
+      const before = getComputedStyle(el, '::before');
+      return {{busy: el.getAttribute('aria-busy'), badge: !!badge && getComputedStyle(badge).display !== 'none',
+               status: status && !status.hidden ? status.textContent : null, kind: status?.dataset.kind ?? null,
+               empty: el.childElementCount === 0, emptyText: before.content, emptyVisible: before.visibility}};
+    }}""")
+
+
+def test_a_queued_redraw_shows_busy_at_once_and_clears_when_drawn(lab: dict, browser, screenshot_dir: Path) -> None:
+    name = write(lab, "_busy.ipynb", (
+        "import time, ipywidgets as W, numpy as np, plotly.graph_objects as go\n"
+        "from spanviz.widgets import FigureView\n"
+        "x = np.linspace(0, 6, 60)\n"
+        "view = FigureView(go.Figure(go.Scatter(x=x, y=np.sin(x))), name='slow')\n"
+        "freq = W.IntSlider(value=1, min=1, max=5, description='freq')\n"
+        "def redraw(_change):\n"
+        f"    time.sleep({SLOW_S})  # a kernel busy with training, a long computation\n"
+        "    view.update([{'type': 'scatter', 'y': np.sin(freq.value * x)}])\n"
+        "freq.observe(redraw, names='value')\n"
+        "W.VBox([freq, view.widget])"))
+    page = Lab(browser, lab)
+    try:
+        page.open(name)
+        page.run_all(name, timeout=180)
+        (before,) = page.wait_all_drawn(1, "after Run All")
+        assert box(page, "slow")["busy"] is None
+        page.move_slider("freq", "ArrowRight")
+        moved = page.wait_figure_change("slow", before, "freq 1 → 2")
+        handle = page.slider("freq").locator(".noUi-handle").first
+        handle.focus()
+        handle.press("Home")
+        page.page.wait_for_timeout(200)
+        busy = box(page, "slow")
+        assert busy["busy"] == "true" and busy["badge"], f"no busy state right after the input: {busy}"
+        page.page.screenshot(path=str(screenshot_dir / "busy.png"))
+        drawn = page.wait_until("the busy state to end", lambda: box(page, "slow")["busy"] is None, timeout=60)
+        assert drawn and not box(page, "slow")["badge"]
+        assert page.figure("slow")["sig"] == before["sig"] != moved["sig"]  # freq back to 1: the first curve again
+        # The page told the kernel which revision it has taken in (the back-pressure of live training updates).
+        page.wait_until("the kernel to hear which revision the page has", lambda: (t := page.kernel_eval(
+            name, "print(view.widget._seen, view.widget.revision)").split()) and t[0] == t[1] != "None")
+        # A key press at the end of the range moves nothing and sends nothing: no busy state that would never end.
+        handle.press("Home")
+        page.page.wait_for_timeout(300)
+        assert box(page, "slow")["busy"] is None
+        assert not page.errors, "JavaScript errors:\n" + "\n".join(page.errors)
+    finally:
+        page.close()
+    print(f"busy-state screenshot: {screenshot_dir / 'busy.png'}")
+
+
+def test_plotly_js_that_fails_shows_one_line_in_the_box(lab: dict, browser, screenshot_dir: Path) -> None:
+    name = write(lab, "_broken_plotly.ipynb", (
+        "import plotly.graph_objects as go\n"
+        "from spanviz import figure_widget\n"
+        "from spanviz.widgets import FigureView\n"
+        "figure_widget.plotly_source = lambda: b\"throw new Error('plotly.js broken on purpose')\"\n"
+        "view = FigureView(go.Figure(go.Scatter(y=[1, 2, 3])), name='broken')\n"
+        "view.widget._plotly_version = 'broken-on-purpose'  # not the page's cached plotly.js\n"
+        "view.widget"))
+    page = Lab(browser, lab)
+    try:
+        page.open(name)
+        page.run_all(name, timeout=180)
+        shown = page.wait_until("an error line in the box", lambda: (b := box(page, "broken"))["kind"] == "error" and b)
+        assert shown["status"].startswith("⚠ figure not drawn: plotly.js did not load") and "\n" not in shown["status"]
+        assert "run the cell again or reload the page" in shown["status"]
+        assert any("plotly.js did not load" in e for e in page.errors)  # and the details in the console
+    finally:
+        page.page.screenshot(path=str(screenshot_dir / "broken-plotly.png"))
+        page.close()
+
+
+BROKEN_MODULES = {
+    # figure.js (stage two) with a syntax error: loader.js says so in the box
+    "module": ("_module", "export default { render( }", "its module did not load"),
+    # the anywidget module loads but its render throws before drawing anything: figure.css says so in the empty box
+    "loader": ("_esm", "export default { render() { throw new Error('broken on purpose'); } };",
+               "its module has not loaded"),
+}
+
+
+@pytest.mark.parametrize("broken", sorted(BROKEN_MODULES))
+def test_a_figure_module_that_fails_shows_one_line_in_the_box(lab: dict, browser, broken: str) -> None:
+    trait, source, says = BROKEN_MODULES[broken]
+    name = write(lab, f"_broken_{broken}.ipynb", (
+        "import traitlets as T\n"
+        "from spanviz.figure_widget import PlotlyFigure\n"
+        "class Broken(PlotlyFigure):\n"
+        f"    {trait} = T.Unicode({source!r}).tag(sync=True)\n"
+        "fig = Broken()\n"
+        "fig.add_class('spanviz-view-broken')\n"
+        "fig"))
+    page = Lab(browser, lab)
+    try:
+        page.open(name)
+        page.run_all(name, timeout=180)
+        if trait == "_module":
+            shown = page.wait_until("an error line in the box", lambda: (b := box(page, "broken"))["kind"] == "error"
+                                    and b)
+            assert shown["status"].startswith(f"⚠ figure not drawn: {says} (") and "\n" not in shown["status"]
+        else:
+            shown = page.wait_until("the empty box to say why", lambda: (b := box(page, "broken"))["emptyVisible"] ==
+                                    "visible" and b, timeout=60)
+            assert shown["empty"] and f"figure not drawn: {says}" in shown["emptyText"]
+    finally:
+        page.close()

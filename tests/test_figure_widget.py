@@ -1,0 +1,189 @@
+"""The figure widget's messages to its views, the reopen hint, the panels' settle message, and the training thread's
+priority — without a browser (tests/browser checks what the page then shows)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from types import SimpleNamespace
+
+import ipywidgets as W
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+from IPython.core.formatters import DisplayFormatter
+from plotly.offline import get_plotlyjs_version
+
+from spanviz import figure_widget, widgets
+from spanviz.figure_widget import HOLD_MAX_S, PLOTLY_REQUEST, REOPEN_HINT, SEEN, SETTLED, WIDGET_VIEW, PlotlyFigure
+from spanviz.model import GPTConfig
+from spanviz.runner import TRAIN_NICE, Job, Runner, lower_thread_priority
+
+SMALL = GPTConfig(vocab_size=64, context_length=24, n_layer=1, n_head=2, d_model=32)
+
+
+def sent_by(widget: W.Widget, monkeypatch: pytest.MonkeyPatch) -> list[tuple[dict, list | None]]:
+    """Every comm message the widget sends from now on: (message, buffers)."""
+    sent: list[tuple[dict, list | None]] = []
+    monkeypatch.setattr(widget, "_send", lambda msg, buffers=None: sent.append((msg, buffers)))
+    return sent
+
+
+def test_a_view_asking_for_plotly_js_gets_the_source_in_one_buffer(monkeypatch):
+    fig = PlotlyFigure(go.Figure(go.Scatter(y=[1, 2])))
+    sent = sent_by(fig, monkeypatch)
+    fig._handle_custom_msg({"kind": "something else"}, [])
+    assert sent == []  # not ours: no answer
+    fig._handle_custom_msg({"kind": PLOTLY_REQUEST}, [])
+    (msg, buffers), = sent
+    assert msg == {"method": "custom", "content": {"kind": PLOTLY_REQUEST, "version": get_plotlyjs_version()}}
+    assert len(buffers) == 1 and bytes(buffers[0]) == figure_widget.plotly_source()
+    assert bytes(buffers[0]).startswith(b"/**") and b"Plotly" in bytes(buffers[0])[:2000]  # plotly.min.js
+    assert fig.get_state()["_plotly_version"] == get_plotlyjs_version()  # the views' cache key
+
+
+def test_plotly_js_that_cannot_be_read_is_answered_with_the_reason(monkeypatch):
+    fig = PlotlyFigure()
+    sent = sent_by(fig, monkeypatch)
+
+    def unreadable() -> bytes:
+        raise OSError("plotly.min.js: no such file")
+
+    monkeypatch.setattr(figure_widget, "plotly_source", unreadable)
+    fig._handle_custom_msg({"kind": PLOTLY_REQUEST}, [])
+    (msg, buffers), = sent
+    assert msg["content"]["kind"] == PLOTLY_REQUEST and "no such file" in msg["content"]["error"] and not buffers
+
+
+def test_a_figure_is_behind_while_a_page_has_not_taken_in_its_newest_revision(monkeypatch):
+    fig = PlotlyFigure(go.Figure(go.Scatter(y=[1, 2])))
+    fig.show([{"type": "scatter", "y": [2, 3]}])
+    assert not fig.behind()  # no view has ever answered: no page to wait for (a script, a headless run)
+    fig._handle_custom_msg({"kind": SEEN, "revision": fig.revision}, [])
+    assert not fig.behind()
+    fig.show([{"type": "scatter", "y": [3, 4]}])
+    assert fig.behind()
+    fig._handle_custom_msg({"kind": SEEN, "revision": fig.revision - 1}, [])  # a second, slower view
+    assert fig.behind()
+    fig._handle_custom_msg({"kind": SEEN, "revision": fig.revision}, [])
+    assert not fig.behind()
+    fig._handle_custom_msg({"kind": SEEN, "revision": "1"}, [])  # not a revision: ignored
+    fig.show([{"type": "scatter", "y": [4, 5]}])
+    assert fig.behind()
+    now = figure_widget.time.monotonic()
+    monkeypatch.setattr(figure_widget.time, "monotonic", lambda: now + HOLD_MAX_S + 0.1)
+    assert not fig.behind()  # a page that never answers (closed meanwhile) holds nothing back for good
+
+
+def test_the_figure_module_depends_on_no_other_widget_model():
+    state = PlotlyFigure().get_state()
+    refs = [k for k, v in state.items() if isinstance(v, str) and v.startswith("IPY_MODEL_")]
+    assert refs == ["layout"]  # ipywidgets' own Layout, resolved by ipywidgets; the module looks up no model
+    static = figure_widget.pathlib.Path(figure_widget.__file__).parent / "static"
+    assert state["_module"] == (static / "figure.js").read_text()  # what loader.js (the anywidget module) imports
+    # the figure's own front end (block_scaler.js, the spans panel's α in the page, is another widget's module)
+    assert not [name for name in ("loader.js", "figure.js") if "widget_manager" in (static / name).read_text()]
+    assert "spanviz-figure" in state["_dom_classes"]
+
+
+# ---------------------------------------------------------------------------------------------- reopen hint
+class FakeKernelShell:
+    """What install_reopen_hint needs of IPython's kernel shell: a display formatter, and a kernel."""
+
+    def __init__(self) -> None:
+        self.display_formatter = DisplayFormatter()
+        self.kernel = object()
+
+
+@pytest.fixture
+def kernel_shell(monkeypatch):
+    ipython = pytest.importorskip("IPython")
+    shell = FakeKernelShell()
+    monkeypatch.setattr(ipython, "get_ipython", lambda: shell)
+    published: list[dict] = []
+    monkeypatch.setattr(figure_widget, "publish_display_data", lambda data, **kw: published.append(data))
+    shell.published = published
+    return shell
+
+
+def test_in_a_kernel_every_widget_output_comes_after_the_reopen_hint(kernel_shell):
+    assert figure_widget.install_reopen_hint() and figure_widget.install_reopen_hint()  # idempotent
+    box = W.VBox([W.IntSlider()])
+    data, _ = kernel_shell.display_formatter.format(box)
+    assert data[WIDGET_VIEW]["model_id"] == box.model_id  # the widget's own output, unchanged
+    (hint,) = kernel_shell.published  # published first: it lands just before the widget
+    assert hint["text/plain"] == REOPEN_HINT and "Run → Run All Cells" in REOPEN_HINT
+    assert 'class="spanviz-reopen-hint"' in hint["text/html"] and "<style>" in hint["text/html"]
+    kernel_shell.display_formatter.format(np.arange(3))
+    assert len(kernel_shell.published) == 1  # other outputs get no hint
+
+
+def test_a_figure_installs_the_hint_in_its_kernel_and_nothing_outside_one(kernel_shell, monkeypatch):
+    PlotlyFigure()
+    kernel_shell.display_formatter.format(W.Output())
+    assert len(kernel_shell.published) == 1
+    monkeypatch.setattr(sys.modules["IPython"], "get_ipython", lambda: None)  # a script, a terminal
+    assert figure_widget.install_reopen_hint() is False
+
+
+# ----------------------------------------------------------------------------------------------- settling
+def test_a_control_settles_every_figure_of_its_panel_after_its_own_redraw(monkeypatch):
+    panel = widgets.FP8Panel(SMALL, static=False, store=None)
+    assert "spanviz-panel" in panel.widget._dom_classes
+    sent = {name: sent_by(view.widget, monkeypatch) for name, view in panel.views.items()}
+    panel.controls["rank"].value = 4
+    kinds = {name: [m["method"] if m["method"] != "custom" else m["content"]["kind"] for m, _ in msgs]
+             for name, msgs in sent.items()}
+    assert kinds["bounds"] == ["update", SETTLED]  # the redraw first, then the settle
+    assert all(k == [SETTLED] for name, k in kinds.items() if name != "bounds"), kinds
+    panel.controls["progress"].value = 1  # a display, not an input: no settle
+    assert [len(msgs) for msgs in sent.values()] == [len(k) for k in kinds.values()]
+    panel.controls["stop"].click()  # a button: its handler (nothing to stop), then the settle
+    assert all(msgs[-1][0]["content"]["kind"] == SETTLED and len(msgs) == len(kinds[name]) + 1
+               for name, msgs in sent.items())
+
+
+def test_a_static_panel_settles_nothing():
+    panel = widgets.FP8Panel(SMALL, static=True, store=None)
+    panel.controls["rank"].value = 4  # no live figure: nothing to tell, and no error
+    assert "spanviz-panel" in panel.widget._dom_classes
+
+
+# ----------------------------------------------------------------------------------------------- priority
+def _nice() -> int:
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+class NiceProbe:
+    """A trainer that records the nice value of the thread running its steps."""
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+        self.record = SimpleNamespace(history={})
+
+    def step(self, n: int = 1) -> list[dict]:
+        self.seen.append(_nice())
+        return [{"step": len(self.seen), "train_loss": 1.0}]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread priorities are Linux's")
+def test_background_training_runs_at_a_lower_priority_and_the_caller_keeps_its_own():
+    before = _nice()
+    probe = NiceProbe()
+    runner = Runner()
+    runner.start([Job("a", steps=3, make_trainer=lambda: probe)], blocking=False)
+    assert runner.join(30) and runner.state == "done"
+    assert probe.seen == [max(before, TRAIN_NICE)] * 3
+    assert _nice() == before  # the priority belongs to the training thread only
+    blocking = NiceProbe()
+    Runner().start([Job("b", steps=2, make_trainer=lambda: blocking)], blocking=True)
+    assert blocking.seen == [before] * 2  # a blocking run never lowers the caller (it could not raise it back)
+
+
+def test_priority_arguments_are_checked():
+    with pytest.raises(ValueError, match="nice must be an integer in 0..19"):
+        Runner(nice=20)
+    with pytest.raises(ValueError, match="nice"):
+        Runner(nice=True)
+    assert lower_thread_priority(None) is None
