@@ -1,6 +1,6 @@
 """Small file helpers shared by the token cache, run records, checkpoints and the results store.
 
-* :func:`atomic_write` — readers see the old file or the new one, never a partial one;
+* :func:`atomic_write` / :func:`atomic_open` — readers see the old file or the new one, never a partial one;
 * :func:`check_writable_folder` — fail before any work when a folder cannot be written (a file in the way,
   read-only, a full disk);
 * :func:`folder_lock` — one writer per output folder (a ``filelock`` lock the operating system releases when
@@ -43,15 +43,21 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write(path: str | os.PathLike[str], payload: bytes) -> Path:
-    """Write ``payload`` to ``path`` via a temporary file in the same folder and ``os.replace``.
+@contextmanager
+def atomic_open(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+    """A binary handle whose bytes replace ``path`` when the ``with`` block ends without an error.
 
-    Readers see the old file or the new one, never a partial one; on any error the temporary file is removed
-    and the old file is left as it was. Creates the parent folder. Returns the path.
+    Written into a temporary file in the same folder, flushed to disk, then ``os.replace``-d: readers see the old
+    file or the new one, never a partial one; on any error the temporary file is removed and the old file is left
+    as it was. Creates the parent folder. For output written a piece at a time (an archive, one run after another);
+    :func:`atomic_write` writes bytes already in memory.
 
     Permissions as a plain ``open(path, "w")`` gives them: a file that exists keeps its mode, a new one gets
     ``0o666`` less the umask (``0o644`` under the usual umask 022, group-readable) — not the ``0o600`` of the
     temporary file.
+
+    Raises:
+        OSError: the folder or the file cannot be written.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -64,14 +70,24 @@ def atomic_write(path: str | os.PathLike[str], payload: bytes) -> Path:
         if hasattr(os, "fchmod"):
             os.fchmod(handle, mode)
         with os.fdopen(handle, "wb") as temp:
-            temp.write(payload)
+            yield temp
             temp.flush()
             os.fsync(temp.fileno())
         os.replace(temp_name, path)
     except BaseException:
         Path(temp_name).unlink(missing_ok=True)
         raise
-    return path
+
+
+def atomic_write(path: str | os.PathLike[str], payload: bytes) -> Path:
+    """Write ``payload`` to ``path`` atomically, with the permissions a plain write gives (see :func:`atomic_open`).
+
+    Readers see the old file or the new one, never a partial one; on any error the temporary file is removed
+    and the old file is left as it was. Creates the parent folder. Returns the path.
+    """
+    with atomic_open(path) as handle:
+        handle.write(payload)
+    return Path(path)
 
 
 def _why(error: OSError) -> str:
@@ -226,5 +242,5 @@ def read_bounded(path: str | os.PathLike[str], max_bytes: int, what: str | None 
     return payload
 
 
-__all__ = ["LOCK_NAME", "FolderInUseError", "UnreadableFileError", "atomic_write", "check_writable_folder",
-           "expand_user", "folder_lock", "open_bounded", "read_bounded"]
+__all__ = ["LOCK_NAME", "FolderInUseError", "UnreadableFileError", "atomic_open", "atomic_write",
+           "check_writable_folder", "expand_user", "folder_lock", "open_bounded", "read_bounded"]
