@@ -91,29 +91,48 @@ def check_address(address: str, timeout: float = RAY_PROBE_TIMEOUT_S) -> None:
                                  ) from None
 
 
-def _bounded_init(ray: Any, timeout: float, what: str, **kwargs: Any) -> None:
-    """``ray.init(**kwargs)`` that gives up after ``timeout`` seconds with :class:`ExecutorStartError`; Ray's own
-    start-up failures become that error too (one line)."""
-    outcome: dict[str, BaseException] = {}
+class _RayStarter:
+    """``ray.init`` in a thread of its own, given up after a timeout with :class:`ExecutorStartError`.
 
-    def start() -> None:
-        try:
-            ray.init(**kwargs)
-        except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
-            outcome["error"] = error
+    The thread lives until :meth:`release` (after ``ray.shutdown``): Ray starts its cluster processes with
+    ``PR_SET_PDEATHSIG``, which kills them when the *thread* that started them ends, so the starting thread must
+    outlive the cluster.
+    """
 
-    thread = threading.Thread(target=start, name="spanviz-ray-init", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        raise ExecutorStartError(f"Ray did not {what} within {timeout:g} s (a busy machine, or not a Ray cluster); "
-                                 f"try again when the machine is quieter, {LOCAL_HINT}")
-    if "error" in outcome:
-        error = outcome["error"]
-        if isinstance(error, KeyboardInterrupt):
-            raise error
-        first = (str(error).strip().splitlines() or [""])[0][:300]
-        raise ExecutorStartError(f"Ray could not {what}: {type(error).__name__}: {first}; {LOCAL_HINT}") from None
+    def __init__(self, ray: Any) -> None:
+        self.ray = ray
+        self._started, self._release = threading.Event(), threading.Event()
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self, timeout: float, what: str, **kwargs: Any) -> None:
+        """``ray.init(**kwargs)`` within ``timeout`` seconds. Raises :class:`ExecutorStartError` (one line)."""
+
+        def run() -> None:
+            try:
+                self.ray.init(**kwargs)
+            except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
+                self._error = error
+            finally:
+                self._started.set()
+            self._release.wait()
+
+        self._thread = threading.Thread(target=run, name="spanviz-ray-init", daemon=True)
+        self._thread.start()
+        if not self._started.wait(timeout):
+            raise ExecutorStartError(f"Ray did not {what} within {timeout:g} s (a busy machine, or not a Ray "
+                                     f"cluster); try again when the machine is quieter, {LOCAL_HINT}")
+        if self._error is not None:
+            error, self._error = self._error, None
+            self.release()
+            if isinstance(error, KeyboardInterrupt):
+                raise error
+            first = (str(error).strip().splitlines() or [""])[0][:300]
+            raise ExecutorStartError(f"Ray could not {what}: {type(error).__name__}: {first}; {LOCAL_HINT}") from None
+
+    def release(self) -> None:
+        """Let the starting thread end (call after ``ray.shutdown``)."""
+        self._release.set()
 
 
 class TaskError(Exception):
@@ -198,6 +217,7 @@ class RayExecutor:
         address = self.address or os.environ.get("RAY_ADDRESS") or None
         started, cap, threads = False, self.workers, self.threads_per_task or 1
         quiet = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+        starter = None
         if address is None:
             with _environment(LOCAL_CLUSTER_ENV):  # read by `import ray` and by the processes ray.init starts
                 import ray  # lazily: Ray is an optional extra (spanviz[distributed])
@@ -206,7 +226,8 @@ class RayExecutor:
                     cores = torch.get_num_threads()  # what a local sweep would use: the cores, or OMP_NUM_THREADS
                     cap = self.workers or (torch.cuda.device_count() if gpu else 0) or cores
                     threads = self.threads_per_task or max(1, cores // cap)
-                    _bounded_init(ray, self.start_timeout or RAY_START_TIMEOUT_S, "start a local cluster",
+                    starter = _RayStarter(ray)
+                    starter.start(self.start_timeout or RAY_START_TIMEOUT_S, "start a local cluster",
                                   address="local", num_cpus=cap * threads, **quiet)
                     started = True
         else:
@@ -214,7 +235,8 @@ class RayExecutor:
 
             if not ray.is_initialized():
                 check_address(address)
-                _bounded_init(ray, self.start_timeout or RAY_START_TIMEOUT_S, f"connect to the cluster at {address}",
+                starter = _RayStarter(ray)
+                starter.start(self.start_timeout or RAY_START_TIMEOUT_S, f"connect to the cluster at {address}",
                               address=address, **quiet)
                 started = True
         in_flight: dict[Any, int] = {}
@@ -244,6 +266,8 @@ class RayExecutor:
                     ray.cancel(ref, force=True)
             if started:
                 ray.shutdown()
+            if starter is not None:
+                starter.release()
 
 
 @contextlib.contextmanager
