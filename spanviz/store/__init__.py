@@ -39,14 +39,17 @@ replaced) and :meth:`~ResultsStore.export` (which never ships one). Archives com
 (:data:`MAX_RECORD_BYTES` per run, :data:`MAX_ARCHIVE_BYTES` in all), counts (:data:`MAX_RUNS`; per record
 :data:`MAX_CONTAINERS` objects and arrays and :data:`MAX_VALUES` values, counted on the bytes as they are read),
 JSON nesting depth (:data:`MAX_DEPTH`), integers (:data:`MAX_INT_DIGITS`), the record schema and the key of every
-run; each rejected run is reported, the others are imported, one at a time. Every file is checked with ``stat``
-before it is read (a device, a FIFO or an oversized file is refused unread). The same limits hold for what the
-store writes (:meth:`ResultsStore.put`) and exports, so nothing it holds or ships is refused elsewhere.
+run, and a run's weights (:data:`MAX_WEIGHTS_BYTES`, format, key); each rejected run is reported, the others are
+imported, one at a time with their weights (rejected weights are reported and their run imported without them).
+Every file — records, weights, archives — is checked with ``stat`` before it is read (a device, a FIFO or an
+oversized file is refused unread), and :meth:`ResultsStore.find` reads its candidates the same way. The same limits
+hold for what the store writes (:meth:`ResultsStore.put`) and exports, so nothing it holds or ships is refused
+elsewhere.
 
 The package: :mod:`~spanviz.store.keys` (:func:`config_key`, :func:`default_root`), :mod:`~spanviz.store.results`
 (:class:`ResultsStore`), :mod:`~spanviz.store.archive` (the checks of records and archives from elsewhere),
-:mod:`~spanviz.store.bundle` (the shipped workshop bundle, :func:`load_bundle`), :mod:`~spanviz.store.weights` (a run's
-final weights, packed and checked).
+:mod:`~spanviz.store.bundle` (the shipped workshop bundle, :func:`load_bundle`), :mod:`~spanviz.store.weights` (a
+run's final weights, packed and checked).
 """
 
 from spanviz.store.archive import (EXPORT_FORMAT, MAX_ARCHIVE_BYTES, MAX_CONTAINERS, MAX_DEPTH, MAX_INT_DIGITS,

@@ -336,7 +336,7 @@ class ResultsStore:
         try:
             about = json.loads(json.dumps(dict(about), allow_nan=False)) if about else {}
         except (TypeError, ValueError) as error:
-            raise ValueError(f"about must be JSON-able notes (a mapping of text, numbers, lists), got {error}") from None
+            raise ValueError(f"about must be JSON-able notes (a mapping of text, numbers, lists): {error}") from None
         try:
             with atomic_open(path) as temp, zipfile.ZipFile(temp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
                 written, with_weights, total = [], [], 0
@@ -455,10 +455,10 @@ class ResultsStore:
 
     @staticmethod
     def _weights_fit(archive: zipfile.ZipFile, keys: Iterable[str], report: ImportReport) -> bool:
-        """Whether the archive's ``weights/<key>.pt`` of the listed runs add up to at most
-        :data:`MAX_ARCHIVE_BYTES` uncompressed (as the central directory declares them; each one is also counted
-        as it is read, :func:`~spanviz.store.archive.archived_weights`). When not, none is imported (rejected as
-        ``weights/``) and the runs are imported without them."""
+        """Whether the archive's ``weights/<key>.pt`` of the listed runs add up to at most :data:`MAX_ARCHIVE_BYTES`
+        uncompressed, as the central directory declares them (a member never gives more than it declares, and each
+        is also bounded as it is read, :func:`~spanviz.store.archive.archived_weights`). When not, none is imported
+        (rejected as ``weights/``) and the runs are imported without them."""
         sizes = {i.filename: i.file_size for i in archive.infolist()}
         total = sum(sizes.get(f"{WEIGHTS}/{key}.pt", 0) for key in keys)
         if total > MAX_ARCHIVE_BYTES:
