@@ -99,7 +99,7 @@ class GPTConfig:
             object.__setattr__(self, name, check_int(name, getattr(self, name), 1))
         if self.d_model % self.n_head:
             raise ValueError(f"d_model must be divisible by n_head, got d_model={self.d_model}, n_head={self.n_head}")
-        check_float("dropout", self.dropout, 0.0, 1.0, high_open=True)
+        object.__setattr__(self, "dropout", check_float("dropout", self.dropout, 0.0, 1.0, high_open=True))  # 0 → 0.0
         check_bool("bias", self.bias)
         check_bool("qk_norm", self.qk_norm)
         n_local, window = check_head_split(self.n_head, self.n_local, self.window)

@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from spanviz.files import atomic_write
+from spanviz.files import atomic_write, expand_user, read_bounded
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +60,9 @@ OFFLINE_SPLITS: Mapping[str, str] = {"train": "validation", "eval": "test"}
 run record says so)."""
 DATA_SOURCE_FILE = "data-source.json"
 """The file in ``$SPANVIZ_HOME`` where ``spanviz prepare-data`` remembers a local folder and its splits."""
+
+MAX_DATA_SOURCE_BYTES = 2**20
+"""Largest ``data-source.json`` read [bytes] (a real one has about 200)."""
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
@@ -88,8 +91,13 @@ def command_name() -> str:
 
 
 def spanviz_home() -> Path:
-    """The folder for spanviz's caches: ``$SPANVIZ_HOME``, default ``~/.cache/spanviz`` (read on each call)."""
-    return Path(os.environ.get(ENV_HOME) or "~/.cache/spanviz").expanduser()
+    """The folder for spanviz's caches: ``$SPANVIZ_HOME``, default ``~/.cache/spanviz`` (read on each call).
+
+    Raises:
+        ValueError: ``$SPANVIZ_HOME`` starts with ``~user`` for a user that does not exist (naming the variable).
+    """
+    value = os.environ.get(ENV_HOME)
+    return expand_user(value or "~/.cache/spanviz", f"{ENV_HOME}={value}" if value else "the spanviz cache folder")
 
 
 def check_splits(splits: Mapping[str, str] | None) -> dict[str, str]:
@@ -143,7 +151,7 @@ def remembered_data_source() -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
+        saved = json.loads(read_bounded(path, MAX_DATA_SOURCE_BYTES).decode("utf-8"))
         folder = saved["data_dir"]
         splits = check_splits(saved["splits"])
         if not isinstance(folder, str) or not Path(folder).is_dir():

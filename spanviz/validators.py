@@ -33,6 +33,8 @@ def check_float(name: str, value: Any, low: float = -math.inf, high: float = mat
                 high_open: bool = False) -> float:
     """``value`` as a float when it is a finite real number (numpy numbers too, never a bool) in the interval.
 
+    ``-0.0`` is returned as ``0.0``: the two are the same setting, so they must give the same results-store key.
+
     Raises:
         ValueError: ``"{name} must be a finite number in [low, high], got value"`` (brackets as open or closed).
     """
@@ -42,7 +44,7 @@ def check_float(name: str, value: Any, low: float = -math.inf, high: float = mat
     if not ok:
         interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open or high == math.inf else ']'}"
         raise ValueError(f"{name} must be a finite number in {interval}, got {value!r}")
-    return float(value)
+    return float(value) + 0.0  # -0.0 + 0.0 == +0.0
 
 
 def check_bool(name: str, value: Any) -> bool:

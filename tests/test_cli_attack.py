@@ -120,9 +120,11 @@ def _flag_values() -> list[tuple[list[str], str]]:
     ]
     good = [[], ["--qk-norm"], ["--n-local", "1", "--window", "4"], ["--spans-preset", "qk4", "--alphas", "1100"],
             ["--alphas", "1,0.5,0,0"], ["--logit-probe", "--probe-every", "1"], ["--spans-probe"], ["--fp8-probe"],
-            ["--qk-rank", "2"], ["--no-bias"], ["--grad-clip", "0"], ["--tokenizer", "byte"], ["--dropout", "0.5"],
+            ["--qk-rank", "2"], ["--no-bias"], ["--grad-clip", "0"], ["--dropout", "0.5"],
             ["--lr-spike-factor", "5", "--lr-spike-start", "1", "--lr-spike-steps", "1"],
-            ["--checkpoint-interval", "0"], ["--warmup-steps", "0"], ["--n_layer", "2"], ["--steps=3"]]
+            ["--warmup-steps", "0"], ["--n_layer", "2"], ["--steps=3"]]
+    # Issue 27: flags that would have no effect are refused (BASE types --max-vocab; there is no --out here).
+    cases += [(["--tokenizer", "byte"], "error"), (["--checkpoint-interval", "0"], "error")]
     return cases + [(flags, "ok") for flags in good]
 
 

@@ -178,3 +178,138 @@ def test_store_keeps_weights_exports_and_imports_them_and_rejects_bad_ones(tmp_p
     assert source.weights(other) is None  # logged, not raised
     with pytest.raises(ValueError, match="state dict"):
         source.put(record, weights={"a": 1})
+
+
+# ====================================================================== the store's limits on these paths (issue 27)
+def _flag_encrypted(path, name: str) -> None:
+    """Set the "encrypted" bit of member ``name`` in a zip's local header and central directory (as a zip tool)."""
+    import struct
+
+    data = bytearray(path.read_bytes())
+    encoded = name.encode()
+    for signature, offset, name_at in ((b"PK\x03\x04", 6, 30), (b"PK\x01\x02", 8, 46)):
+        at = 0
+        while (at := data.find(signature, at)) >= 0:
+            if data[at + name_at:at + name_at + len(encoded)] == encoded:
+                struct.pack_into("<H", data, at + offset, struct.unpack_from("<H", data, at + offset)[0] | 0x1)
+            at += 4
+    path.write_bytes(bytes(data))
+
+
+def test_weights_in_an_archive_are_read_within_limits_one_run_at_a_time(tmp_path, monkeypatch):
+    from spanviz.store import archive as archive_lib
+    from spanviz.store import results as results_lib
+
+    source = ResultsStore(tmp_path / "gpu")
+    state = _tiny_model().state_dict()
+    keys = sorted(source.put(make_record(make_config(seed=seed)), weights=state) for seed in range(3))
+    bundle = source.export(tmp_path / "bundle.zip")
+
+    # Each run is written (record and weights) before the next one is read: memory holds one run at a time.
+    student = ResultsStore(tmp_path / "student")
+    read = archive_lib.archived_record
+    on_disk_when_read = []
+
+    def watched(archive, key):
+        on_disk_when_read.append(sorted(k for k in keys if student.has_weights(k) and student.path(k).is_file()))
+        return read(archive, key)
+
+    monkeypatch.setattr(results_lib, "archived_record", watched)
+    report = student.import_report(bundle)
+    assert report.written == keys and report.rejected == []
+    assert on_disk_when_read == [keys[:0], keys[:1], keys[:2]]
+    monkeypatch.undo()
+
+    # An encrypted weights member is refused; its run is imported without weights.
+    encrypted = tmp_path / "encrypted.zip"
+    encrypted.write_bytes(bundle.read_bytes())
+    _flag_encrypted(encrypted, f"weights/{keys[1]}.pt")
+    third = ResultsStore(tmp_path / "third")
+    report = third.import_report(encrypted)
+    assert report.written == keys
+    assert report.rejected == [(f"weights/{keys[1]}.pt", "encrypted (spanviz archives are not)")]
+    assert [third.has_weights(k) for k in keys] == [True, False, True]
+
+    # Weights over the limit are refused before a byte of them is read (and by the bytes read, whatever the
+    # header says); their run is imported without them.
+    size = len(source.weights_path(keys[0]).read_bytes())
+    monkeypatch.setattr(archive_lib, "MAX_WEIGHTS_BYTES", size - 1)
+    fourth = ResultsStore(tmp_path / "fourth")
+    report = fourth.import_report(bundle)
+    assert report.written == keys and [e for e, _ in report.rejected] == [f"weights/{k}.pt" for k in keys]
+    assert all(f"more than {size - 1:,}" in why for _, why in report.rejected)
+    assert not any(fourth.has_weights(k) for k in keys)
+    with zipfile.ZipFile(bundle) as z, pytest.raises(ValueError, match="more than"):
+        archive_lib._read_member(z, z.getinfo(f"weights/{keys[0]}.pt"), size - 1)
+
+
+def test_find_and_the_replay_index_read_records_within_the_stores_limits(tmp_path):
+    import os
+
+    store = ResultsStore(tmp_path)
+    older = store.put(make_record(make_config(OFFLINE, text=("aa", "bb")), started="2026-11-01T00:00:00+00:00"))
+    newer = store.put(make_record(make_config(OFFLINE, text=("cc", "dd")), started="2026-11-02T00:00:00+00:00"))
+    wanted = make_config(ONLINE, text=("ee", "ff"))
+    assert store.find(wanted).key == newer
+
+    # The newer run's file becomes a huge (sparse) file: refused by its size before it is read; the older answers.
+    newer_bytes = store.path(newer).read_bytes()
+    with open(store.path(newer), "r+b") as handle:
+        handle.truncate(200 * 2**20)
+    with pytest.raises(ValueError, match="more than"):
+        store.load(newer)
+    assert store.find(wanted).key == older
+    # ... a record with a 400-digit integer (it fits no float) is passed over the same way,
+    store.path(newer).write_bytes(newer_bytes.replace(b'"best_val_loss": 5.1', b'"best_val_loss": ' + b"9" * 400))
+    with pytest.raises(ValueError, match="400 digits"):
+        store.load(newer)
+    assert store.find(wanted).key == older
+    # ... and a FIFO in a record's place does not hang the look-up (nor the index's first read of the store).
+    store.path(newer).unlink()
+    os.mkfifo(store.path(newer))
+    for entry in (tmp_path / "replay").iterdir():
+        entry.unlink()
+    assert store.find(wanted).key == older
+
+
+def test_load_bundle_describes_readable_runs_with_their_weights_and_about(tmp_path):
+    source = ResultsStore(tmp_path / "gpu")
+    state = _tiny_model().state_dict()
+    good = source.put(make_record(make_config(seed=0)), weights=state)
+    bare = source.put(make_record(make_config(seed=1)))
+    bundle = source.export(tmp_path / "bundle.zip", about={"made_by": "a test"})
+    with zipfile.ZipFile(bundle) as z, zipfile.ZipFile(tmp_path / "mixed.zip", "w") as out:
+        for name in z.namelist():
+            payload = z.read(name)
+            if name == f"runs/{bare}.json":
+                payload = payload.replace(b'"finished"', b'"running"')  # a partial run: rejected
+            out.writestr(name, payload)
+    from spanviz.store import load_bundle
+
+    info = load_bundle(tmp_path / "mixed.zip", ResultsStore(tmp_path / "student"))
+    assert info["runs"] == 1 and info["imported"] == 1 and info["weights"] == 1
+    assert info["about"] == {"made_by": "a test"}
+    assert [entry.split(":")[0] for entry in info["rejected"]] == [f"runs/{bare}.json"]
+    assert ResultsStore(tmp_path / "student").has_weights(good)
+
+
+def test_export_counts_weights_in_the_archives_limits_and_a_diverged_run_keeps_the_finished_ones(tmp_path,
+                                                                                                  monkeypatch):
+    from spanviz.store import results as results_lib
+
+    store = ResultsStore(tmp_path / "store")
+    record = make_record(make_config())
+    key = store.put(record, weights=_tiny_model().state_dict())
+    record_bytes = len(store.path(key).read_bytes())
+    monkeypatch.setattr(results_lib, "MAX_ARCHIVE_BYTES", record_bytes + 100)  # the record fits, with weights not
+    with pytest.raises(ValueError, match="more than an import accepts"):
+        store.export(tmp_path / "out.zip")
+    assert not (tmp_path / "out.zip").exists() and not list(tmp_path.glob(".out.zip.*"))
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="about must be JSON-able"):
+        store.export(tmp_path / "out.zip", about={"made_by": object()})
+
+    diverged = make_record(make_config())
+    diverged.status = "diverged"
+    assert store.put(diverged) == key  # not stored: the finished run and its weights stay
+    assert store.load(key).status == "finished" and store.has_weights(key)

@@ -11,7 +11,7 @@ from spanviz.bench import SECTIONS as BENCH_SECTIONS
 from spanviz.bench import format_results, run_benchmarks
 from spanviz.cli.common import announce_smoke, smoke
 from spanviz.cli.options import BenchCommand, UsageError, as_flags
-from spanviz.files import atomic_write, check_writable_folder
+from spanviz.files import atomic_write, check_writable_folder, expand_user
 from spanviz.train import resolve_device
 
 
@@ -30,6 +30,12 @@ def cmd_bench(cmd: BenchCommand) -> int:
     if data_dir is None:
         folder, _ = data_lib.resolve_data_source()
         data_dir = Path(folder) if folder is not None else None
+    if data_dir is not None and not smoke():  # the notebook benchmarks read its validation and test splits
+        origin = f"--data-dir {cmd.data_dir}" if cmd.data_dir is not None else f"the WikiText-2 folder {data_dir}"
+        try:
+            data_lib.split_files(expand_user(data_dir, "--data-dir"), data_lib.OFFLINE_SPLITS)
+        except ValueError as error:
+            raise UsageError(f"{origin}: {as_flags(str(error))}") from None
     if smoke():
         only, quick, data_dir = "core", True, None
         announce_smoke("the quick core step-ratio benchmark only (no notebook-config run)")

@@ -6,13 +6,13 @@ from __future__ import annotations
 import math
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 from spanviz import data as data_lib
 from spanviz.cli.options import DataOptions, PrepareDataCommand, UsageError, as_flags
-from spanviz.files import check_writable_folder
+from spanviz.files import check_writable_folder, expand_user
 from spanviz.settings import ENV_SMOKE, env_flag
 
 SMOKE_ENV = ENV_SMOKE
@@ -36,12 +36,14 @@ def announce_smoke(what: str) -> None:
 
 
 # ======================================================================================= data helpers
-def data_settings(opts: DataOptions, *, tokenizer: str | None = None, max_vocab: int | None = None
-                  ) -> dict[str, Any]:
+def data_settings(opts: DataOptions, *, tokenizer: str | None = None, max_vocab: int | None = None,
+                  given: Collection[str] = ()) -> dict[str, Any]:
     """The keyword arguments of :func:`spanviz.data.prepare_tokens` for ``opts`` (nothing read yet).
 
+    Args:
+        given: the flags typed on the command line (a typed flag that has no effect is refused).
     Raises:
-        UsageError: a bad --max-vocab or --data-dir.
+        UsageError: a bad --max-vocab or --data-dir, or --max-vocab typed with byte tokens.
     """
     named = opts.data_dir is not None or bool(os.environ.get(data_lib.ENV_DATA_DIR))
     folder, _ = data_lib.resolve_data_source(opts.data_dir)
@@ -57,12 +59,21 @@ def data_settings(opts: DataOptions, *, tokenizer: str | None = None, max_vocab:
               "(--train-split / --eval-split choose others)", file=sys.stderr)
     kind = tokenizer or opts.tokenizer or "word"
     cap = opts.max_vocab if max_vocab is None else max_vocab
-    if cap < 0 or (kind == "word" and 0 < cap < 3):
-        raise UsageError(f"--max-vocab {cap}: must be 0 (no cap) or at least 3 (<unk>, <eos> and one word)")
-    if folder is not None and not Path(folder).expanduser().is_dir():
+    if cap < 0 or (kind == "word" and 0 < cap < 3) or cap > MAX_VOCAB_CAP:
+        raise UsageError(f"--max-vocab {cap}: must be 0 (no cap) or between 3 (<unk>, <eos> and one word) and "
+                         f"{MAX_VOCAB_CAP}")
+    if kind == "byte" and "--max-vocab" in given:
+        raise UsageError(f"--max-vocab {cap}: has no effect with byte tokens (the vocabulary is the 256 byte values); "
+                         "drop it, or use --tokenizer word")
+    if folder is not None and not expand_user(folder, "--data-dir").is_dir():
         origin = "--data-dir" if opts.data_dir is not None else f"${data_lib.ENV_DATA_DIR}"
         raise UsageError(f"{origin} {folder}: not a folder; it must hold the WikiText-2 splits "
                          "(e.g. valid.txt and test.txt)")
+    if folder is not None:  # the split files must be there (found, not read yet)
+        try:
+            data_lib.split_files(folder, splits, opts.wikitext_config)
+        except ValueError as error:
+            raise UsageError(data_message(error)) from None
     return dict(data_dir=folder, config=opts.wikitext_config, splits=splits, tokenizer=kind,
                 max_vocab=(cap or None) if kind == "word" else None, offline=True if opts.offline else None)
 
@@ -100,14 +111,27 @@ def check_home() -> Path:
     return check_writable_folder(home, f"{label} (set SPANVIZ_HOME to a folder you can write)")
 
 
+ESTIMATED_WORD_VOCAB = 8192
+"""A word vocabulary WikiText-2 certainly reaches: every split of both configs holds more distinct words."""
+MAX_VOCAB_CAP = 2**63 - 1
+"""Largest --max-vocab (a 64-bit integer, as every number of a run record)."""
+
+
 def estimated_vocab(settings: Mapping[str, Any]) -> int:
-    """A vocabulary size for checks made before the data are read (the data later give the real one)."""
-    return 256 if settings["tokenizer"] == "byte" else (settings["max_vocab"] or 256)
+    """A vocabulary size for checks made before the data are read: at most the real one, so a run refused with it
+    certainly does not fit (the data later give the real size, checked again).
+
+    Byte tokens: 256. Words: the cap, but at most :data:`ESTIMATED_WORD_VOCAB` — a cap is a limit, not the
+    vocabulary (``--max-vocab 2147483648`` trains WikiText-2's few tens of thousands of words).
+    """
+    if settings["tokenizer"] == "byte":
+        return 256
+    return min(settings["max_vocab"] or ESTIMATED_WORD_VOCAB, ESTIMATED_WORD_VOCAB)
 
 
 # ================================================================================ prepare-data
-def cmd_prepare_data(cmd: PrepareDataCommand) -> int:
-    settings = data_settings(cmd.data)
+def cmd_prepare_data(cmd: PrepareDataCommand, given: Collection[str] = ()) -> int:
+    settings = data_settings(cmd.data, given=given)
     check_home()
     data = load_data(settings)
     info = data.describe()

@@ -158,8 +158,12 @@ def _saved_status(out: Path) -> str | None:
         return None
 
 
-def probe_options_of(saved: Sequence[Mapping[str, Any]], where: Path) -> ProbeOptions:
-    """The probe flags that reproduce a run's saved probes (``config["probes"]``)."""
+def probe_options_of(saved: Sequence[Mapping[str, Any]], where: Path, what: str = "--resume") -> ProbeOptions:
+    """The probe flags that reproduce a run's saved probes (``config["probes"]``).
+
+    Raises:
+        UsageError: (starting with ``what``) probes the flags cannot reproduce (set from Python).
+    """
     kinds = {p.get("type"): p for p in saved if isinstance(p, Mapping)}
     every = {p.get("every") for t, p in kinds.items() if t in ("LogitProbe", "SpanProbe")}
     opts = ProbeOptions(logit_probe="LogitProbe" in kinds, spans_probe="SpanProbe" in kinds,
@@ -167,8 +171,10 @@ def probe_options_of(saved: Sequence[Mapping[str, Any]], where: Path) -> ProbeOp
                         probe_every=every.pop() if len(every) == 1 else ProbeOptions.probe_every)
     described = json.loads(to_json_text([describe_probe(p) for p in build_probes(opts)]))
     if described != list(saved):
-        raise UsageError(f"--resume: the probes of the run in {where} were not set with spanviz train's probe flags; "
-                         "continue it from Python (spanviz.train.Trainer.resume)")
+        advice = ("continue it from Python (spanviz.train.Trainer.resume)" if what == "--resume"
+                  else "train it from Python (spanviz.train.Trainer)")
+        raise UsageError(f"{what}: the probes of the run in {where} were not set with spanviz train's probe flags; "
+                         f"{advice}")
     return opts
 
 
@@ -192,12 +198,27 @@ def resume_data_settings(cmd: TrainCommand, given: set[str], saved: Mapping[str,
                    else cmd.data.wikitext_config)
     tokenizer = cmd.data.tokenizer if "--tokenizer" in given else saved.get("tokenizer")
     max_vocab = cmd.data.max_vocab if "--max-vocab" in given else (saved.get("max_vocab") or 0)
-    return data_settings(opts, tokenizer=tokenizer, max_vocab=max_vocab)
+    return data_settings(opts, tokenizer=tokenizer, max_vocab=max_vocab, given=given)
 
 
-def fresh_plan(cmd: TrainCommand) -> TrainPlan:
-    """Checks for a new run: the data settings, the configs (with an estimated vocabulary), the probes."""
-    settings = data_settings(cmd.data)
+def refuse_flags_without_effect(cmd: TrainCommand, given: set[str]) -> None:
+    """Typed flags that would change nothing are refused (the README's promise), rather than accepted silently."""
+    t = cmd.train
+    if t.lr_spike_factor == 1.0:
+        for flag, value in (("--lr-spike-start", t.lr_spike_start), ("--lr-spike-steps", t.lr_spike_steps)):
+            if flag in given:
+                raise UsageError(f"{flag} {value}: has no effect without --lr-spike-factor (at factor 1 there is no "
+                                 "spike); add --lr-spike-factor F (> 1)")
+    if "--checkpoint-interval" in given and cmd.out is None:
+        raise UsageError(f"--checkpoint-interval {t.checkpoint_interval}: checkpoints are written only into --out "
+                         "DIR, and none is given; add --out DIR")
+
+
+def fresh_plan(cmd: TrainCommand, given: set[str] = frozenset()) -> TrainPlan:
+    """Checks for a new run: flags without effect, the data settings, the configs (with an estimated
+    vocabulary), the probes."""
+    refuse_flags_without_effect(cmd, given)
+    settings = data_settings(cmd.data, given=given)
     model_cfg = model_config(cmd, estimated_vocab(settings))
     train_cfg = config_from(TrainConfig, config_kwargs(cmd.train))
     build_probes(cmd.probes)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import tyro
@@ -21,8 +22,8 @@ from spanviz.experiments import format_table, save_sweep
 from spanviz.experiments import fp8 as fp8_experiment
 from spanviz.experiments import ls as ls_experiment
 from spanviz.experiments import spans as spans_experiment
-from spanviz.experiments.core import RunsFailedError
-from spanviz.experiments.executors import MissingExtraError, make_executor
+from spanviz.experiments.core import MAX_SEEDS, RunsFailedError
+from spanviz.experiments.executors import ExecutorStartError, MissingExtraError, check_address, make_executor
 from spanviz.files import check_writable_folder
 from spanviz.model import GPTConfig
 from spanviz.store import ResultsStore
@@ -64,19 +65,52 @@ def sweep_function(experiment: str) -> Callable[..., dict[str, Any]]:
     return getattr(EXPERIMENTS[experiment], f"{experiment}_sweep")
 
 
-def sweep_variants(experiment: str, size: str, steps: int | None, model: dict, train: dict
-                   ) -> list[tuple[GPTConfig, TrainConfig]]:
+OVERRIDE_FLAGS = {"seed": "every run's seed comes from --seeds N (seeds 0..N-1); use that",
+                  "steps": "the sweep's --steps N sets it (and the evaluation and warm-up that follow); use that",
+                  "checkpoint_interval": "sweep runs write no checkpoints (they have no --out folder); drop it"}
+"""--train KEYs a sweep cannot apply (the grid sets them, or they change nothing), and what to do instead."""
+
+
+def split_overrides(experiment: str, model: dict, train: dict) -> tuple[dict, dict, dict[str, Any]]:
+    """``(model, train, sweep arguments)``: the --model / --train overrides a sweep takes as arguments of its own
+    (``device`` for spans and fp8; ``n_local`` / ``window`` for ls, the LS variant's), the rest as overrides.
+
+    Raises:
+        UsageError: an override the sweep cannot apply (seed, steps, checkpoint_interval; n_local=0 or qk_norm for
+            ls), naming what to use instead.
+    """
+    for key, instead in OVERRIDE_FLAGS.items():
+        if key in train:
+            raise UsageError(f"--train {key}={train[key]}: cannot apply to a sweep's runs: {instead}")
+    model, train, extra = dict(model), dict(train), {}
+    if experiment in ("spans", "fp8") and "device" in train:
+        extra["device"] = train.pop("device")
+    if experiment == "ls":
+        for key in ("n_local", "window"):
+            if key in model:
+                extra[key] = model.pop(key)
+        if extra.get("n_local") == 0:
+            raise UsageError("--model n_local=0: sweep ls compares LS (local heads) with MHSA; with no local head the "
+                             "ls variant would be MHSA itself. Give n_local >= 1 (the ls variant's local heads)")
+        if "qk_norm" in model:
+            raise UsageError(f"--model qk_norm={model['qk_norm']}: sweep ls compares it (the qk_norm variant); set for "
+                             "every variant, qk_norm would be mhsa itself")
+    return model, train, extra
+
+
+def sweep_variants(experiment: str, size: str, steps: int | None, model: dict, train: dict,
+                   extra: dict[str, Any] | None = None) -> list[tuple[GPTConfig, TrainConfig]]:
     """The (model, train) configs a sweep will train, built with a placeholder vocabulary (nothing trained)."""
-    module = EXPERIMENTS[experiment]
+    module, extra = EXPERIMENTS[experiment], extra or {}
     if experiment == "spans":
-        variants, _ = module.build_variants(size, vocab_size=256, steps=steps, model=model, train=train)
+        variants, _ = module.build_variants(size, vocab_size=256, steps=steps, model=model, train=train, **extra)
         return list(variants.values())
     if experiment == "ls":
-        return list(module.ls_variants(size, 256, steps=steps, model=model, train=train).values())
+        return list(module.ls_variants(size, 256, steps=steps, model=model, train=train, **extra).values())
     steps = 200 if steps is None else steps
     model_cfg = GPTConfig(**{**module.DEFAULT_MODEL, "vocab_size": 256, **model})
-    train_cfg = TrainConfig(**{**module.DEFAULT_TRAIN, "eval_interval": steps, **train, "steps": steps,
-                               "device": "cpu"})
+    train_cfg = TrainConfig(**{**module.DEFAULT_TRAIN, "eval_interval": steps, "device": "cpu", **extra, **train,
+                               "steps": steps})
     return [(model_cfg, train_cfg)]
 
 
@@ -84,21 +118,22 @@ def sweep_sizes(experiment: str) -> tuple[str, ...]:
     return tuple(EXPERIMENTS[experiment].SIZES)
 
 
-def cmd_sweep(cmd: SweepCommand) -> int:
+def cmd_sweep(cmd: SweepCommand, given: Collection[str] = ()) -> int:
+    """``spanviz sweep``; ``given``: the flags typed (a typed flag that has no effect is refused)."""
     experiment = cmd.experiment
     sizes = sweep_sizes(experiment)
     if cmd.size not in sizes:
         raise UsageError(f"--size {cmd.size}: sweep {experiment} has sizes {', '.join(sizes)}")
-    if cmd.seeds is not None and cmd.seeds < 1:
-        raise UsageError(f"--seeds {cmd.seeds}: must be a number of seeds >= 1")
+    if cmd.seeds is not None and not 1 <= cmd.seeds <= MAX_SEEDS:
+        raise UsageError(f"--seeds {cmd.seeds}: must be a number of seeds in [1, {MAX_SEEDS}] (seeds 0..N-1)")
     low = 2 if experiment == "fp8" else 1
     if cmd.steps is not None and cmd.steps < low:
         raise UsageError(f"--steps {cmd.steps}: must be an integer >= {low}")
     if cmd.scenario is not None and experiment != "fp8":
         raise UsageError(f"--scenario {cmd.scenario}: applies to sweep fp8 only")
     executor = sweep_executor(cmd)
-    model = parse_overrides(cmd.model, "--model", ModelOverrides)
-    train = parse_overrides(cmd.train, "--train", TrainOverrides)
+    model, train, extra = split_overrides(experiment, parse_overrides(cmd.model, "--model", ModelOverrides),
+                                          parse_overrides(cmd.train, "--train", TrainOverrides))
     seeds, steps = cmd.seeds, cmd.steps
     if smoke():
         seeds = min(seeds or 2, 2)
@@ -109,7 +144,7 @@ def cmd_sweep(cmd: SweepCommand) -> int:
         train["warmup_steps"] = min(train.get("warmup_steps", 0), steps)
         announce_smoke(f"a seconds-long sweep ({seeds} seeds, {steps} updates per run, context ≤ 32, batch ≤ 4)")
     try:
-        variants = sweep_variants(experiment, cmd.size, steps, model, train)
+        variants = sweep_variants(experiment, cmd.size, steps, model, train, extra)
     except ValueError as error:  # field names here are the KEYs of --model / --train
         given = " ".join([*([f"--steps {steps}"] if steps is not None else []),
                           *(f"--model {m}" for m in cmd.model), *(f"--train {t}" for t in cmd.train)])
@@ -124,7 +159,7 @@ def cmd_sweep(cmd: SweepCommand) -> int:
     if cmd.data.tokenizer is None and experiment == "ls":  # LS sizes choose their tokenizer (bytes on CPU)
         choice = ls_experiment.SIZES[cmd.size]["tokenizer"]
         tokenizer, max_vocab = choice["tokenizer"], choice["max_vocab"] or 0
-    settings = data_settings(cmd.data, tokenizer=tokenizer, max_vocab=max_vocab)
+    settings = data_settings(cmd.data, tokenizer=tokenizer, max_vocab=max_vocab, given=given)
     check_home()
     if cmd.out is not None:
         if cmd.out.is_dir():
@@ -133,7 +168,7 @@ def cmd_sweep(cmd: SweepCommand) -> int:
             raise UsageError(f"--out {cmd.out}: must end in .json (the per-seed table is written beside it)")
         check_writable_folder(cmd.out.parent, f"--out {cmd.out}")
     data = load_data(settings)
-    result = run_sweep(cmd, executor, data, seeds, steps, model, train)
+    result = run_sweep(cmd, executor, data, seeds, steps, model, train, extra)
     if result is None:
         return 1
     print_sweep(result)
@@ -155,22 +190,31 @@ def sweep_executor(cmd: SweepCommand) -> Any:
         given = "--workers" if cmd.workers is not None else "--address"
         raise UsageError(f"{given} applies to --executor ray (the local executor trains one run after another)")
     try:
-        return make_executor(cmd.executor, workers=cmd.workers, address=cmd.address)
+        executor = make_executor(cmd.executor, workers=cmd.workers, address=cmd.address)
     except MissingExtraError:
         raise UsageError(f'--executor {cmd.executor} needs Ray, an optional extra: pip install '
                          '"spanviz[distributed]"') from None
     except ValueError as error:
         raise UsageError(f"--address {cmd.address}: {error}") from None
+    address = cmd.address or (os.environ.get("RAY_ADDRESS") or None if cmd.executor == "ray" else None)
+    if address is not None:  # an existing cluster: it must answer now, not after the data load (bounded)
+        origin = "--address" if cmd.address else "$RAY_ADDRESS="
+        try:
+            check_address(address)
+        except (ValueError, ExecutorStartError) as error:
+            raise UsageError(f"{origin}{'' if origin.endswith('=') else ' '}{address}: {error}") from None
+    return executor
 
 
 def run_sweep(cmd: SweepCommand, executor: Any, data: Any, seeds: int | None, steps: int | None, model: dict,
-              train: dict) -> dict[str, Any] | None:
+              train: dict, extra: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """Run the sweep with one progress bar over its runs; print how many were replayed and trained.
 
     Returns the sweep's result, or None after printing the runs that failed (each with its configuration).
     """
     sweep = sweep_function(cmd.experiment)
-    kwargs: dict[str, Any] = dict(data=data, model=model or None, train=train or None, executor=executor)
+    kwargs: dict[str, Any] = dict(data=data, model=model or None, train=train or None, executor=executor,
+                                  **(extra or {}))
     if steps is not None:
         kwargs["steps"] = steps
     if cmd.scenario is not None:
@@ -187,6 +231,9 @@ def run_sweep(cmd: SweepCommand, executor: Any, data: Any, seeds: int | None, st
                 bar.refresh()
 
             result = sweep(size=cmd.size, store=ResultsStore() if cmd.store else None, progress=progress, **kwargs)
+    except ExecutorStartError as error:  # bounded: Ray did not start or answer in time
+        print(f"spanviz sweep: error: {error}", file=sys.stderr)
+        return None
     except RunsFailedError as error:
         for failure in error.failures:
             print(f"spanviz sweep: run {failure['variant']} seed {failure['seed']} failed: {failure['error']}\n"

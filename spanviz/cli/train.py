@@ -7,6 +7,7 @@ from contextlib import ExitStack
 from dataclasses import replace
 from typing import Any
 
+import torch
 
 from spanviz.cli.common import announce_smoke, check_home, load_data, smoke
 from spanviz.cli.options import TrainCommand, UsageError, as_flags
@@ -15,10 +16,19 @@ from spanviz.cli.plans import (
 )
 from spanviz.files import check_writable_folder, folder_lock
 from spanviz.store import ResultsStore
+from spanviz.threads import torch_threads
 from spanviz.train import ProgressBar, Trainer, check_runnable
 
 
-def cmd_train(cmd: TrainCommand, given: set[str]) -> int:
+DATA_FLAGS = ("--data-dir", "--train-split", "--eval-split", "--wikitext-config", "--tokenizer", "--max-vocab")
+"""The flags that choose the data (typed with ``--config run.json``: other data on purpose)."""
+SAME_DATA = ("config", "splits", "tokenizer", "max_vocab", "vocab_size", "text_sha256")
+"""What must agree between a ``--config run.json`` and the data read for the new run (the folder may differ)."""
+
+
+def cmd_train(cmd: TrainCommand, given: set[str], config_data: dict[str, Any] | None = None) -> int:
+    """``spanviz train``. ``config_data``: the data description of a ``--config run.json``, which the data read
+    must match unless a data flag was typed."""
     if smoke():
         cmd = smoke_train(cmd)
         announce_smoke(f"a seconds-long run ({cmd.train.steps} updates, context {cmd.model.context_length}, "
@@ -27,7 +37,7 @@ def cmd_train(cmd: TrainCommand, given: set[str]) -> int:
         raise UsageError("--resume needs --out, the folder of the run to continue")
     if cmd.resume and not cmd.out.is_dir():
         raise UsageError(f"--resume --out {cmd.out}: there is no such folder (nothing to continue)")
-    plan = None if cmd.resume else fresh_plan(cmd)
+    plan = None if cmd.resume else fresh_plan(cmd, given)
     if plan is not None:
         check_runnable(plan.model_cfg, plan.train_cfg)  # device, bf16, FlexAttention, memory
     if cmd.store or cmd.out is None:
@@ -40,6 +50,7 @@ def cmd_train(cmd: TrainCommand, given: set[str]) -> int:
             if cmd.resume:
                 plan = resume_plan(cmd, given, out)
                 check_runnable(plan.model_cfg, plan.train_cfg)
+                stack.enter_context(torch_threads(saved_threads(plan)))
                 need = 3 * checkpoint_bytes(plan.model_cfg)
                 check_writable_folder(out, f"--out {cmd.out}", need_bytes=need)
             else:
@@ -49,7 +60,33 @@ def cmd_train(cmd: TrainCommand, given: set[str]) -> int:
         for note in plan.notes:
             print(note, file=sys.stderr)
         data = load_data(plan.data)
+        if config_data is not None and not (given & set(DATA_FLAGS)):
+            check_same_data(cmd, config_data, data.describe())
         return train_and_report(cmd, plan, data)
+
+
+def saved_threads(plan: TrainPlan) -> int | None:
+    """The torch threads the run's updates used, to continue it with the same count (on CPU the curve continues bit
+    for bit only then); None to keep this process's count. Prints a note when it changes the count."""
+    saved = plan.checkpoint.record.environment.get("num_threads") if plan.checkpoint is not None else None
+    changes = plan.checkpoint.record.environment.get("num_threads_changes") if plan.checkpoint is not None else None
+    if isinstance(changes, list) and changes and isinstance(changes[-1], list) and len(changes[-1]) == 2:
+        saved = changes[-1][1]
+    if isinstance(saved, bool) or not isinstance(saved, int) or saved < 1 or saved == torch.get_num_threads():
+        return None
+    print(f"note: continuing with the run's {saved} torch threads (this process has {torch.get_num_threads()}): on "
+          "CPU the curve continues bit for bit only with the same count", file=sys.stderr)
+    return saved
+
+
+def check_same_data(cmd: TrainCommand, saved: dict[str, Any], now: dict[str, Any]) -> None:
+    """``--config run.json`` reproduces the run's data: refuse other data read without a data flag saying so."""
+    different = [k for k in SAME_DATA if k in saved and saved.get(k) != now.get(k)]
+    if different:
+        raise UsageError(f"--config {cmd.config}: the run was trained on other data than these ({', '.join(different)} "
+                         f"differ; it read {saved.get('source')}, this run {now.get('source')}); give its data with "
+                         "--data-dir, or set a data flag (--data-dir, --train-split, --tokenizer, ...) to train on "
+                         "other data on purpose")
 
 
 def train_and_report(cmd: TrainCommand, plan: TrainPlan, data: Any) -> int:
@@ -103,9 +140,20 @@ def report(cmd: TrainCommand, trainer: Any, record: Any) -> int:
         store = ResultsStore()
         try:
             key = store.put(record)
-        except OSError as error:
-            print(f"warning: could not put the run into the results store {store.root}: {error.strerror or error}",
-                  file=sys.stderr)
+        except (OSError, ValueError) as error:
+            why = error.strerror or error if isinstance(error, OSError) else error
+            if cmd.out is None:  # the store was the only place for this run: it is lost, so say so and fail
+                print(f"spanviz train: error: the run could not be put into the results store {store.root} ({why}), "
+                      "and without --out it is kept nowhere; free space there or give --out DIR, and train again",
+                      file=sys.stderr)
+                return 1
+            print(f"warning: could not put the run into the results store {store.root}: {why} (it is kept in "
+                  f"{cmd.out})", file=sys.stderr)
         else:
-            print(f"results store: {key[:12]} in {store.root}")
+            stored = store.get(record.config)
+            if stored is not None and stored.status != record.status:
+                print(f"results store: kept the {stored.status} run {key[:12]} already in {store.root}; this "
+                      f"{record.status} run of the same configuration does not replace it", file=sys.stderr)
+            else:
+                print(f"results store: {key[:12]} in {store.root}")
     return 0 if record.status == "finished" else 1

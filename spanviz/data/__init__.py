@@ -24,8 +24,8 @@ from spanviz.data.tokenizers import (
 )
 from spanviz.data.tokens import CACHE_FORMAT, LOCAL_SOURCE, TokenData, load_tokens, prepare_tokens
 from spanviz.data.wikitext import (
-    CONFIGS, HUB_ID, HUB_PROBE_TIMEOUT_S, Corpus, HubUnavailableError, MissingSplitError, available_splits,
-    load_wikitext2, splits_for_folder,
+    CONFIGS, HUB_ID, HUB_PROBE_TIMEOUT_S, MAX_SPLIT_BYTES, Corpus, HubUnavailableError, MissingSplitError,
+    available_splits, check_text_file, load_wikitext2, split_files, splits_for_folder,
 )
 from spanviz.settings import (
     DATA_SOURCE_FILE, DEFAULT_SPLITS, ENV_DATA_DIR, ENV_EVAL_SPLIT, ENV_HOME, ENV_OFFLINE, ENV_TRAIN_SPLIT,
@@ -35,10 +35,11 @@ from spanviz.settings import (
 
 __all__ = [
     "CACHE_FORMAT", "CONFIGS", "DATA_SOURCE_FILE", "DEFAULT_SPLITS", "ENV_DATA_DIR", "ENV_EVAL_SPLIT", "ENV_HOME",
-    "ENV_OFFLINE", "ENV_TRAIN_SPLIT", "EOS", "HUB_ID", "HUB_PROBE_TIMEOUT_S", "LOCAL_SOURCE", "OFFLINE_SPLITS", "ROLES",
-    "SPLIT_ALIASES", "SPLITS", "TOKENIZER_KINDS", "UNK", "ByteTokenizer", "Corpus", "HubUnavailableError",
-    "MissingSplitError", "TokenData", "Tokenizer", "WordTokenizer", "available_splits", "command_name", "eval_starts", "get_batch", "iter_eval_batches",
-    "load_tokens", "load_wikitext2", "make_tokenizer", "prepare_tokens", "remember_data_source",
-    "remembered_data_source", "resolve_data_source", "spanviz_home", "splits_for_folder", "splits_from_env",
+    "ENV_OFFLINE", "ENV_TRAIN_SPLIT", "EOS", "HUB_ID", "HUB_PROBE_TIMEOUT_S", "LOCAL_SOURCE", "MAX_SPLIT_BYTES",
+    "OFFLINE_SPLITS", "ROLES", "SPLIT_ALIASES", "SPLITS", "TOKENIZER_KINDS", "UNK", "ByteTokenizer", "Corpus",
+    "HubUnavailableError", "MissingSplitError", "TokenData", "Tokenizer", "WordTokenizer", "available_splits",
+    "check_text_file", "command_name", "eval_starts", "get_batch", "iter_eval_batches", "load_tokens",
+    "load_wikitext2", "make_tokenizer", "prepare_tokens", "remember_data_source", "remembered_data_source",
+    "resolve_data_source", "spanviz_home", "split_files", "splits_for_folder", "splits_from_env",
     "tokenizer_from_dict",
 ]

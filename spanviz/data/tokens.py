@@ -18,7 +18,7 @@ from torch import Tensor
 
 from spanviz.data.tokenizers import Tokenizer, make_tokenizer, tokenizer_from_dict
 from spanviz.data.wikitext import HUB_ID, load_wikitext2
-from spanviz.files import atomic_write
+from spanviz.files import atomic_write, read_bounded
 from spanviz.settings import OFFLINE_SPLITS, ROLES, check_splits, resolve_data_source, spanviz_home
 
 logger = logging.getLogger(__name__)
@@ -173,14 +173,20 @@ def _write_cache(cache: Path, key: str, data: TokenData) -> None:
     logger.info("cached token ids in %s", cache / f"{key}.pt")
 
 
+MAX_CACHE_MANIFEST_BYTES = 64 * 2**20
+"""Largest token-cache manifest read [bytes] (it holds the fitted vocabulary: about 1 MB for WikiText-2's words)."""
+MAX_CACHE_PAYLOAD_BYTES = 8 * 2**30
+"""Largest token-cache payload read [bytes] (WikiText-2: about 20 MB of int64 ids; WikiText-103: about 1 GB)."""
+
+
 def _read_cache(cache: Path, key: str) -> tuple[Tensor, Tensor, Tokenizer] | None:
     """The cached (train_ids, eval_ids, tokenizer) for ``key``, or None if absent or corrupt (logged)."""
     manifest_path, payload_path = cache / f"{key}.json", cache / f"{key}.pt"
     if not manifest_path.exists():
         return None
     try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        payload = payload_path.read_bytes()
+        manifest = json.loads(read_bounded(manifest_path, MAX_CACHE_MANIFEST_BYTES).decode("utf-8"))
+        payload = read_bounded(payload_path, MAX_CACHE_PAYLOAD_BYTES)  # stat first: no FIFO, no runaway size
         if hashlib.sha256(payload).hexdigest() != manifest["payload_sha256"]:
             raise ValueError(f"checksum mismatch in {payload_path.name}")
         ids = torch.load(io.BytesIO(payload), weights_only=True)

@@ -16,6 +16,7 @@ Source: WikiText-2 is from Merity, Xiong, Bradbury, Socher, "Pointer Sentinel Mi
 
 from __future__ import annotations
 
+import codecs
 import logging
 import os
 import sys
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spanviz.files import open_bounded
 from spanviz.settings import (
     DATA_SOURCE_FILE, DEFAULT_SPLITS, ENV_DATA_DIR, ENV_OFFLINE, OFFLINE_SPLITS, SPLITS, check_splits, command_name,
     env_flag, resolve_data_source, spanviz_home,
@@ -263,14 +265,75 @@ def _missing_split_error(folder: Path, split: str, role: str, config: str) -> Mi
     return MissingSplitError(message, folder, split, role, available)
 
 
-def _load_from_folder(folder: Path, config: str, splits: dict[str, str]) -> Corpus:
-    # Find every file before loading anything, so a missing split fails at once.
+def split_files(data_dir: str | os.PathLike[str], splits: Mapping[str, str] | None = None,
+                config: str = "wikitext-2-v1") -> dict[str, list[Path]]:
+    """The files of each role's split in a local WikiText-2 folder (see :func:`load_wikitext2`), found without
+    reading them — the check a command makes before it loads anything.
+
+    Returns:
+        role → the split's files.
+    Raises:
+        ValueError: bad ``config`` or ``splits``, ``data_dir`` not a folder; :class:`MissingSplitError` (a
+            ValueError) for a split that is not there.
+    """
+    config, splits = _check_config(config), check_splits(splits)
+    folder = Path(data_dir).expanduser().resolve()
+    if not folder.is_dir():
+        raise ValueError(f"data_dir={str(data_dir)!r} is not a folder; it must hold WikiText-2 split files "
+                         "(e.g. valid.txt, test.txt)")
     files = {}
     for role, split in splits.items():
         found = _find_split_files(folder, split, config)
         if not found:
             raise _missing_split_error(folder, split, role, config)
         files[role] = found
+    return files
+
+
+MAX_SPLIT_BYTES = 2**30
+"""Largest local split file read [bytes] (WikiText-2's train split has 11 MB, WikiText-103's 540 MB)."""
+_DECODE_CHUNK = 2**20
+
+
+def check_text_file(path: Path) -> None:
+    """A local split text file must be a non-empty regular file of UTF-8 text, at most :data:`MAX_SPLIT_BYTES`.
+
+    Read a chunk at a time (bounded memory); a file of random bytes, an empty file or Latin-1 text is refused
+    with its name and the first undecodable byte, instead of failing deep inside ``datasets``.
+
+    Raises:
+        ValueError: naming the file and what is wrong.
+    """
+    with open_bounded(path, MAX_SPLIT_BYTES) as handle:
+        decoder, offset, text_seen = codecs.getincrementaldecoder("utf-8")("strict"), 0, False
+        while True:
+            chunk = handle.read(_DECODE_CHUNK)
+            try:
+                text = decoder.decode(chunk, final=not chunk)
+            except UnicodeDecodeError as error:
+                at = offset + error.start
+                raise ValueError(f"{path}: not UTF-8 text (byte 0x{chunk[error.start]:02x} at offset {at:,}); "
+                                 "WikiText-2 split files are UTF-8") from None
+            if "\x00" in text:
+                raise ValueError(f"{path}: holds NUL bytes, so it is not a text file")
+            text_seen = text_seen or bool(text.strip())
+            if not chunk:
+                break
+            offset += len(chunk)
+    if not text_seen:
+        raise ValueError(f"{path}: is empty (no text); a WikiText-2 split file holds the split's lines")
+
+
+def _load_from_folder(folder: Path, config: str, splits: dict[str, str]) -> Corpus:
+    # Find every file before loading anything, so a missing split fails at once; text files must be UTF-8.
+    files = split_files(folder, splits, config)
+    for paths in files.values():
+        for path in paths:
+            if path.suffix != ".parquet":
+                check_text_file(path)
+            else:
+                with open_bounded(path, MAX_SPLIT_BYTES):
+                    pass
 
     datasets = _import_datasets(offline=False)
     cache_dir = str(spanviz_home() / "hf-datasets")  # datasets' Arrow copies of local files live here
@@ -279,9 +342,15 @@ def _load_from_folder(folder: Path, config: str, splits: dict[str, str]) -> Corp
         split = splits[role]
         builder = "parquet" if paths[0].suffix == ".parquet" else "text"
         logger.info("reading %s split %r from %s", role, split, ", ".join(map(str, paths)))
-        dataset = datasets.load_dataset(
-            builder, data_files={split: [str(p) for p in paths]}, split=split, cache_dir=cache_dir
-        )
+        try:
+            dataset = datasets.load_dataset(
+                builder, data_files={split: [str(p) for p in paths]}, split=split, cache_dir=cache_dir
+            )
+        except Exception as error:  # noqa: BLE001 - datasets raises many types for a bad file; all mean "unreadable"
+            cause = error.__cause__ or error
+            first = (str(cause).strip().splitlines() or [""])[0][:200]
+            raise ValueError(f"{', '.join(map(str, paths))}: cannot be read as a WikiText-2 {builder} file "
+                             f"({type(cause).__name__}: {first})") from None
         if "text" not in dataset.column_names:
             raise ValueError(f"{paths[0]} has no 'text' column (columns: {dataset.column_names})")
         lines[role] = _strip_line_breaks(dataset["text"])

@@ -33,17 +33,42 @@ from spanviz.train import Probe, RunRecord, TrainConfig, Trainer, run_config, to
 logger = logging.getLogger(__name__)
 
 
-def seed_list(seeds: int | Sequence[int]) -> list[int]:
-    """A count n → seeds 0..n−1; a sequence → its distinct integers >= 0 as a list.
+MAX_SEEDS = 1000
+"""Most seeds a sweep takes (a count, or a list): each seed is a run per variant."""
+GRID_TRAIN_FIELDS = {
+    "seed": "each run's seed is set by the sweep's seeds (seeds=N: 0..N-1)",
+    "steps": "the sweep's steps argument sets it (and the evaluation and warm-up that follow from it)",
+    "checkpoint_interval": "sweep runs write no checkpoints (they have no output folder), so it changes nothing",
+}
+"""TrainConfig fields a sweep's ``train`` overrides may not set, and why: the grid sets them, or they do nothing."""
 
-    Raises: ValueError (naming ``seeds``) for a count < 1, an empty sequence, repeats, or non-integers.
+
+def check_train_overrides(train: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A sweep's TrainConfig overrides, refusing those the grid would ignore (:data:`GRID_TRAIN_FIELDS`).
+
+    Raises: ValueError naming the field and why it cannot apply.
+    """
+    train = dict(train or {})
+    for name, why in GRID_TRAIN_FIELDS.items():
+        if name in train:
+            raise ValueError(f"train override {name}={train[name]!r} cannot apply: {why}")
+    return train
+
+
+def seed_list(seeds: int | Sequence[int]) -> list[int]:
+    """A count n → seeds 0..n−1; a sequence → its distinct integers >= 0 as a list (at most :data:`MAX_SEEDS`).
+
+    Raises: ValueError (naming ``seeds``) for a count < 1 or above :data:`MAX_SEEDS`, an empty or too long
+    sequence, repeats, or non-integers.
     """
     if isinstance(seeds, int) and not isinstance(seeds, bool):
-        if seeds < 1:
-            raise ValueError(f"seeds must be a count >= 1 or a list of seeds, got {seeds}")
+        if seeds < 1 or seeds > MAX_SEEDS:
+            raise ValueError(f"seeds must be a count in [1, {MAX_SEEDS}] or a list of seeds, got {seeds}")
         return list(range(seeds))
     if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence):
         raise ValueError(f"seeds must be a count >= 1 or a sequence of distinct integers >= 0, got {seeds!r}")
+    if len(seeds) > MAX_SEEDS:
+        raise ValueError(f"seeds must list at most {MAX_SEEDS} seeds, got {len(seeds)}")
     seeds = list(seeds)
     if not seeds or len(set(seeds)) != len(seeds) or any(
         isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds
@@ -227,6 +252,7 @@ def run_grid(
     return ordered
 
 
-__all__ = ["ALPHA", "CONFIDENCE", "METRICS", "GridRun", "RunsFailedError", "compare_groups", "describe_comparison",
-           "format_table", "holm", "metric_value", "paired_comparison", "per_seed_table", "read_per_seed", "run_grid",
-           "save_sweep", "seed_list", "summarize", "train_run"]
+__all__ = ["ALPHA", "CONFIDENCE", "GRID_TRAIN_FIELDS", "MAX_SEEDS", "METRICS", "GridRun", "RunsFailedError",
+           "check_train_overrides", "compare_groups", "describe_comparison", "format_table", "holm", "metric_value",
+           "paired_comparison", "per_seed_table", "read_per_seed", "run_grid", "save_sweep", "seed_list", "summarize",
+           "train_run"]

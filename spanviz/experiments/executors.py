@@ -17,7 +17,10 @@ sent to the workers once. ``outcome`` is what ``fn`` returned or, from a distrib
   of this process (``torch.get_num_threads()``: the cores, or ``OMP_NUM_THREADS``) and each task gets
   ``cores // workers`` of them (at least 1), so tasks do not oversubscribe the cores; where the
   cluster has GPUs and the runs may use one (device "auto" or "cuda"), each task holds one GPU (Ray sets
-  ``CUDA_VISIBLE_DEVICES`` for it).
+  ``CUDA_VISIBLE_DEVICES`` for it). Starting is bounded: an existing cluster's address must accept a connection
+  within :data:`RAY_PROBE_TIMEOUT_S` seconds (:func:`check_address`), and ``ray.init`` must return within
+  :data:`RAY_START_TIMEOUT_S` seconds; otherwise :class:`ExecutorStartError` says so and suggests the local
+  executor (Ray itself retries an unreachable address for many minutes).
 
 Why Ray rather than Dask distributed: one GPU per task is a resource Ray schedules and pins by itself (Dask's
 resources only count, so pinning would be code of ours); Dask starts faster (about 1.6 s vs 7 s on 2 cores)
@@ -31,13 +34,15 @@ import importlib.util
 import logging
 import os
 import re
+import socket
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 import torch
 
 from spanviz.threads import torch_threads
-from spanviz.validators import check_int
+from spanviz.validators import check_float, check_int
 
 EXECUTORS = ("local", "ray")
 """The executor names :func:`make_executor` knows."""
@@ -47,6 +52,87 @@ INSTALL_HINT = 'pip install "spanviz[distributed]"'
 
 class MissingExtraError(ImportError):
     """The engine of a distributed executor is not installed; the message says how to install it."""
+
+
+class ExecutorStartError(RuntimeError):
+    """A distributed executor could not start or reach its cluster in bounded time; the message says what to do
+    (including the local executor)."""
+
+
+RAY_PROBE_TIMEOUT_S = 5.0
+"""Seconds to wait for an existing Ray cluster's address to accept a connection before calling it unreachable."""
+RAY_START_TIMEOUT_S = 120.0
+"""Seconds ``ray.init`` may take to start a local cluster or join an existing one (about 8 s on a quiet 2-core
+machine) before the sweep gives up with :class:`ExecutorStartError`."""
+LOCAL_HINT = "or run the sweep with --executor local (executor='local'), which needs no cluster"
+
+
+def check_address(address: str, timeout: float = RAY_PROBE_TIMEOUT_S) -> None:
+    """Whether something accepts connections at a Ray cluster ``address`` (``HOST:PORT`` or
+    ``ray://HOST:PORT``), within ``timeout`` seconds — before ``ray.init`` would retry it for many minutes.
+
+    Raises:
+        ValueError: not ``HOST:PORT`` (port an integer in [1, 65535]).
+        ExecutorStartError: nothing answers there in time (refused, unreachable, unknown host, timeout).
+    """
+    text = address.strip()
+    rest = text.split("://", 1)[1] if "://" in text else text
+    host, sep, port_text = rest.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise ValueError(f"address must be HOST:PORT or ray://HOST:PORT with a port in [1, 65535], got {address!r}")
+    try:
+        with socket.create_connection((host, int(port_text)), timeout=timeout):
+            return
+    except OSError as error:
+        why = "timed out" if isinstance(error, TimeoutError) else (error.strerror or type(error).__name__)
+        raise ExecutorStartError(f"no Ray cluster answers at {address} ({why} within {timeout:g} s): start one there "
+                                 f"(ray start --head --port {port_text}), give the right address, {LOCAL_HINT}"
+                                 ) from None
+
+
+class _RayStarter:
+    """``ray.init`` in a thread of its own, given up after a timeout with :class:`ExecutorStartError`.
+
+    The thread lives until :meth:`release` (after ``ray.shutdown``): Ray starts its cluster processes with
+    ``PR_SET_PDEATHSIG``, which kills them when the *thread* that started them ends, so the starting thread must
+    outlive the cluster.
+    """
+
+    def __init__(self, ray: Any) -> None:
+        self.ray = ray
+        self._started, self._release = threading.Event(), threading.Event()
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self, timeout: float, what: str, **kwargs: Any) -> None:
+        """``ray.init(**kwargs)`` within ``timeout`` seconds. Raises :class:`ExecutorStartError` (one line)."""
+
+        def run() -> None:
+            try:
+                self.ray.init(**kwargs)
+            except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
+                self._error = error
+            finally:
+                self._started.set()
+            self._release.wait()
+
+        self._thread = threading.Thread(target=run, name="spanviz-ray-init", daemon=True)
+        self._thread.start()
+        if not self._started.wait(timeout):
+            raise ExecutorStartError(f"Ray did not {what} within {timeout:g} s (a busy machine, or not a Ray "
+                                     f"cluster); try again when the machine is quieter, {LOCAL_HINT}")
+        if self._error is not None:
+            error, self._error = self._error, None
+            self.release()
+            if isinstance(error, KeyboardInterrupt):
+                raise error
+            first = (str(error).strip().splitlines() or [""])[0][:300]
+            raise ExecutorStartError(f"Ray could not {what}: {type(error).__name__}: {first}; {LOCAL_HINT}") from None
+
+    def release(self) -> None:
+        """Let the starting thread end (call after ``ray.shutdown``)."""
+        self._release.set()
 
 
 class TaskError(Exception):
@@ -100,13 +186,19 @@ class RayExecutor:
             ``ray.init``, that cluster is used (and not shut down).
         threads_per_task: torch threads (and Ray CPUs) per task; default: ``torch.get_num_threads() //
             workers`` (at least 1) on a local cluster, else 1.
+        start_timeout: seconds ``ray.init`` may take to start or join the cluster (> 0; default
+            :data:`RAY_START_TIMEOUT_S`); an address is first
+            probed for :data:`RAY_PROBE_TIMEOUT_S` seconds. Past either, :meth:`map` raises
+            :class:`ExecutorStartError` (suggesting the local executor) instead of waiting.
     Raises:
         ValueError: workers / threads_per_task not None or an integer >= 1, address not None or a non-empty
-            string. MissingExtraError: Ray is not installed.
+            string, start_timeout not a number > 0. MissingExtraError: Ray is not installed.
     """
 
     def __init__(self, workers: int | None = None, address: str | None = None,
-                 threads_per_task: int | None = None) -> None:
+                 threads_per_task: int | None = None, start_timeout: float | None = None) -> None:
+        self.start_timeout = None if start_timeout is None else check_float("start_timeout", start_timeout, 0.0,
+                                                                            low_open=True)
         self.workers = None if workers is None else check_int("workers", workers, 1)
         self.threads_per_task = None if threads_per_task is None else check_int("threads_per_task", threads_per_task, 1)
         if address is not None and (not isinstance(address, str) or not address.strip()):
@@ -125,6 +217,7 @@ class RayExecutor:
         address = self.address or os.environ.get("RAY_ADDRESS") or None
         started, cap, threads = False, self.workers, self.threads_per_task or 1
         quiet = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+        starter = None
         if address is None:
             with _environment(LOCAL_CLUSTER_ENV):  # read by `import ray` and by the processes ray.init starts
                 import ray  # lazily: Ray is an optional extra (spanviz[distributed])
@@ -133,13 +226,18 @@ class RayExecutor:
                     cores = torch.get_num_threads()  # what a local sweep would use: the cores, or OMP_NUM_THREADS
                     cap = self.workers or (torch.cuda.device_count() if gpu else 0) or cores
                     threads = self.threads_per_task or max(1, cores // cap)
-                    ray.init(address="local", num_cpus=cap * threads, **quiet)
+                    starter = _RayStarter(ray)
+                    starter.start(self.start_timeout or RAY_START_TIMEOUT_S, "start a local cluster",
+                                  address="local", num_cpus=cap * threads, **quiet)
                     started = True
         else:
             import ray  # lazily: Ray is an optional extra (spanviz[distributed])
 
             if not ray.is_initialized():
-                ray.init(address=address, **quiet)
+                check_address(address)
+                starter = _RayStarter(ray)
+                starter.start(self.start_timeout or RAY_START_TIMEOUT_S, f"connect to the cluster at {address}",
+                              address=address, **quiet)
                 started = True
         in_flight: dict[Any, int] = {}
         try:
@@ -168,6 +266,8 @@ class RayExecutor:
                     ray.cancel(ref, force=True)
             if started:
                 ray.shutdown()
+            if starter is not None:
+                starter.release()
 
 
 @contextlib.contextmanager
@@ -210,5 +310,6 @@ def make_executor(name: str | Executor = "local", *, workers: int | None = None,
     return RayExecutor(workers=workers, address=address)
 
 
-__all__ = ["EXECUTORS", "INSTALL_HINT", "Executor", "LocalExecutor", "MissingExtraError", "RayExecutor", "TaskError",
-           "make_executor", "require_ray"]
+__all__ = ["EXECUTORS", "INSTALL_HINT", "RAY_PROBE_TIMEOUT_S", "RAY_START_TIMEOUT_S", "Executor", "ExecutorStartError",
+           "LocalExecutor", "MissingExtraError", "RayExecutor", "TaskError", "check_address", "make_executor",
+           "require_ray"]

@@ -40,7 +40,7 @@ import torch
 
 from spanviz import data as data_lib
 from spanviz import fp8
-from spanviz.experiments.core import compare_groups, format_table, run_grid, seed_list
+from spanviz.experiments.core import check_train_overrides, compare_groups, format_table, run_grid, seed_list
 from spanviz.experiments.executors import Executor, make_executor
 from spanviz.experiments.fp8_runs import METRIC, alpha_obs, overflow_rows, sweep_verdict
 from spanviz.model import GPTConfig, LowRankQuery
@@ -215,6 +215,9 @@ def fp8_sweep(
     margins = tuple(margins)
     if not margins or len(set(margins)) != len(margins):
         raise ValueError(f"margins must be a non-empty sequence of distinct numbers >= 0, got {margins}")
+    train = check_train_overrides(train)
+    if train.get("device", device) != device and device != "cpu":
+        raise ValueError(f"device={device!r} and the train override device={train['device']!r} disagree; give one")
     at_step = steps // 2 if at_step is None else at_step
     check_int("at_step", at_step, 0, steps - 2)
     check_int("window", window, 1)
@@ -234,10 +237,10 @@ def fp8_sweep(
         data = data_lib.load_tokens(data_dir, max_vocab=max_vocab)
 
     model_cfg = GPTConfig(**{**DEFAULT_MODEL, "vocab_size": data.vocab_size, **(model or {})})
-    train_kw: dict[str, Any] = {**DEFAULT_TRAIN, "eval_interval": steps, **(train or {})}
-    if "warmup_steps" not in (train or {}):  # short runs: warm-up capped at steps // 10, as the other sweeps do
+    train_kw: dict[str, Any] = {**DEFAULT_TRAIN, "eval_interval": steps, "device": device, **train}
+    if "warmup_steps" not in train:  # short runs: warm-up capped at steps // 10, as the other sweeps do
         train_kw["warmup_steps"] = min(train_kw["warmup_steps"], steps // 10)
-    base_train = TrainConfig(**{**train_kw, "steps": steps, "device": device})
+    base_train = TrainConfig(**{**train_kw, "steps": steps})
     spike = dict(lr_spike_factor=lr_spike_factor, lr_spike_start=at_step, lr_spike_steps=lr_spike_steps)
     variants: dict[str, tuple[GPTConfig, TrainConfig]] = {}
     setting: dict[str, tuple[str, float]] = {}

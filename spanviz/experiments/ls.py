@@ -33,7 +33,8 @@ from typing import Any
 
 from spanviz import data as data_lib
 from spanviz import local_global
-from spanviz.experiments.core import compare_groups, describe_comparison, per_seed_table, run_grid, seed_list
+from spanviz.experiments.core import (check_train_overrides, compare_groups, describe_comparison, per_seed_table,
+                                      run_grid, seed_list)
 from spanviz.experiments.executors import Executor, make_executor
 from spanviz.model import GPTConfig
 from spanviz.train import RunRecord, TrainConfig
@@ -121,6 +122,14 @@ def _head_group_peaks(record: RunRecord, n_local: int) -> dict[str, float | None
 
 
 # ============================================================================================ the sweep
+VARIANT_FIELDS = {
+    "n_local": "the ls variant's local heads (give n_local=, >= 1; mhsa and qk_norm have none)",
+    "window": "the ls variant's window p (give window=; mhsa and qk_norm have no local heads)",
+    "qk_norm": "it is what the qk_norm variant changes (with it on everywhere, qk_norm would equal mhsa)",
+}
+"""GPTConfig fields that tell the variants apart: a model override may not set them for all three."""
+
+
 def ls_variants(
     size: str = "cpu",
     vocab_size: int = 256,
@@ -148,11 +157,19 @@ def ls_variants(
     """
     check_choice("size", size, SIZES)
     spec = SIZES[size]
+    train = check_train_overrides(train)
+    defining = sorted(set(model or {}) & set(VARIANT_FIELDS))
+    if defining:
+        raise ValueError(f"model override {defining[0]}={(model or {})[defining[0]]!r} cannot apply to every variant: "
+                         f"{VARIANT_FIELDS[defining[0]]}")
+    if n_local is not None and (isinstance(n_local, bool) or not isinstance(n_local, int) or n_local < 1):
+        raise ValueError(f"n_local must be an integer >= 1 (LS needs a local head; n_local=0 is the mhsa variant), "
+                         f"got {n_local!r}")
     train_kw = dict(spec["train"])
     if steps is not None:
         check_int("steps", steps, 1)
         train_kw.update(steps=steps, warmup_steps=min(train_kw["warmup_steps"], steps // 10))
-    train_kw.update(train or {})
+    train_kw.update(train)
     train_cfg = TrainConfig(**train_kw)
     base = GPTConfig(**{**spec["model"], "vocab_size": vocab_size, "attn_backend": "sdpa", **(model or {})})
     if (train_cfg.device != "cpu" and local_global.flex_available() and base.d_head >= local_global.FLEX_MIN_D_HEAD

@@ -36,7 +36,8 @@ from dataclasses import replace
 from typing import Any
 
 from spanviz import data as data_lib
-from spanviz.experiments.core import compare_groups, describe_comparison, per_seed_table, run_grid, seed_list
+from spanviz.experiments.core import (check_train_overrides, compare_groups, describe_comparison, per_seed_table,
+                                      run_grid, seed_list)
 from spanviz.experiments.executors import Executor, make_executor
 from spanviz.model import GPTConfig
 from spanviz.spans import SpanConfig
@@ -107,7 +108,10 @@ def build_variants(
     if not groups or any(g not in GROUPS for g in groups):
         raise ValueError(f"groups must be a non-empty selection of {GROUPS}, got {groups!r}")
     defaults = SIZE_DEFAULTS[size]
-    train_kw = {**defaults["train"], **(train or {}), "device": device}
+    train = check_train_overrides(train)
+    if train.get("device", device) != device and device != "auto":
+        raise ValueError(f"device={device!r} and the train override device={train['device']!r} disagree; give one")
+    train_kw = {**defaults["train"], "device": device, **train}
     if steps is not None:
         check_int("steps", steps, 1)
         train_kw.update(steps=steps, eval_interval=max(1, steps // 4),

@@ -69,7 +69,7 @@ def parse_alphas(spec: str | Sequence[float], field: str = "alphas") -> tuple[fl
         if len(tokens) == 1 and tokens[0].isdigit():
             tokens = list(tokens[0])  # "1000" -> one digit per α
         try:
-            values = tuple(float(t) for t in tokens)
+            values = tuple(float(t) + 0.0 for t in tokens)  # -0 → 0.0: one setting, one key
         except ValueError:
             raise ValueError(
                 f"{field} must be a digit string like '1000', a list of numbers or a string of numbers, "
@@ -80,7 +80,7 @@ def parse_alphas(spec: str | Sequence[float], field: str = "alphas") -> tuple[fl
         try:  # numbers, or strings of numbers (e.g. "1,0.5,0,0".split(","))
             if any(isinstance(a, bool) or not isinstance(a, (numbers.Real, str)) for a in items):
                 raise ValueError
-            values = tuple(float(a) for a in items)
+            values = tuple(float(a) + 0.0 for a in items)
         except ValueError:
             raise ValueError(f"{field} must contain real numbers, got {spec!r}") from None
     else:

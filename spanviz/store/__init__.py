@@ -36,26 +36,34 @@ hash to its file name) is skipped with a warning naming the file — by :meth:`R
 :meth:`~ResultsStore.get` (which then answers "not stored", so the run is trained again and the entry
 replaced) and :meth:`~ResultsStore.export` (which never ships one). Archives come from other people, so
 :meth:`ResultsStore.import_report` checks everything before it trusts it: the zip and its manifest, sizes
-(:data:`MAX_RECORD_BYTES` per run, :data:`MAX_ARCHIVE_BYTES` in all), counts (:data:`MAX_RUNS`), JSON nesting
-depth (:data:`MAX_DEPTH`), the record schema and the key of every run; each rejected run is reported, the
-others are imported.
+(:data:`MAX_RECORD_BYTES` per run, :data:`MAX_ARCHIVE_BYTES` in all), counts (:data:`MAX_RUNS`; per record
+:data:`MAX_CONTAINERS` objects and arrays and :data:`MAX_VALUES` values, counted on the bytes as they are read),
+JSON nesting depth (:data:`MAX_DEPTH`), integers (:data:`MAX_INT_DIGITS`), the record schema and the key of every
+run, and a run's weights (:data:`MAX_WEIGHTS_BYTES`, format, key); each rejected run is reported, the others are
+imported, one at a time with their weights (rejected weights are reported and their run imported without them).
+Every file — records, weights, archives — is checked with ``stat`` before it is read (a device, a FIFO or an
+oversized file is refused unread), and :meth:`ResultsStore.find` reads its candidates the same way. The same limits
+hold for what the store writes (:meth:`ResultsStore.put`) and exports, so nothing it holds or ships is refused
+elsewhere.
 
 The package: :mod:`~spanviz.store.keys` (:func:`config_key`, :func:`default_root`), :mod:`~spanviz.store.results`
 (:class:`ResultsStore`), :mod:`~spanviz.store.archive` (the checks of records and archives from elsewhere),
-:mod:`~spanviz.store.bundle` (the shipped workshop bundle, :func:`load_bundle`), :mod:`~spanviz.store.weights` (a run's
-final weights, packed and checked).
+:mod:`~spanviz.store.bundle` (the shipped workshop bundle, :func:`load_bundle`), :mod:`~spanviz.store.weights` (a
+run's final weights, packed and checked).
 """
 
-from spanviz.store.archive import (EXPORT_FORMAT, MAX_ARCHIVE_BYTES, MAX_DEPTH, MAX_MANIFEST_BYTES, MAX_MESSAGE_CHARS,
-                                   MAX_RECORD_BYTES, MAX_RUNS, ImportReport, check_json_limits, record_from_json)
+from spanviz.store.archive import (EXPORT_FORMAT, MAX_ARCHIVE_BYTES, MAX_CONTAINERS, MAX_DEPTH, MAX_INT_DIGITS,
+                                   MAX_MANIFEST_BYTES, MAX_MESSAGE_CHARS, MAX_RECORD_BYTES, MAX_RUNS, MAX_VALUES,
+                                   ImportReport, check_json_limits, record_from_json, record_payload)
 from spanviz.store.bundle import BUNDLE, describe_runs, load_bundle, replay_note
 from spanviz.store.keys import DATA_IDENTITY, STORABLE, config_key, data_differences, default_root, replay_key
 from spanviz.store.results import Found, ResultsStore
 from spanviz.store.weights import MAX_WEIGHTS_BYTES
 
 __all__ = [
-    "BUNDLE", "DATA_IDENTITY", "EXPORT_FORMAT", "MAX_ARCHIVE_BYTES", "MAX_DEPTH", "MAX_MANIFEST_BYTES",
-    "MAX_MESSAGE_CHARS", "MAX_RECORD_BYTES", "MAX_RUNS", "MAX_WEIGHTS_BYTES", "STORABLE", "Found", "ImportReport",
-    "ResultsStore", "check_json_limits", "config_key", "data_differences", "default_root", "describe_runs",
-    "load_bundle", "record_from_json", "replay_key", "replay_note",
+    "BUNDLE", "DATA_IDENTITY", "EXPORT_FORMAT", "MAX_ARCHIVE_BYTES", "MAX_CONTAINERS", "MAX_DEPTH", "MAX_INT_DIGITS",
+    "MAX_MANIFEST_BYTES", "MAX_MESSAGE_CHARS", "MAX_RECORD_BYTES", "MAX_RUNS", "MAX_VALUES", "MAX_WEIGHTS_BYTES",
+    "STORABLE", "Found", "ImportReport", "ResultsStore", "check_json_limits", "config_key", "data_differences",
+    "default_root", "describe_runs", "load_bundle", "record_from_json", "record_payload", "replay_key",
+    "replay_note",
 ]

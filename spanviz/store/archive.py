@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from spanviz.store.keys import KEY_RE, STORABLE, config_key
+from spanviz.store.weights import MAX_WEIGHTS_BYTES, unpack_weights
 from spanviz.train import RunRecord
 
 EXPORT_FORMAT = "spanviz-runs-1"
@@ -25,6 +27,47 @@ MAX_DEPTH = 16
 """Deepest JSON nesting accepted in a run record (real records nest about 6 deep)."""
 MAX_MESSAGE_CHARS = 10_000
 """Longest ``message`` accepted in a run record [characters]."""
+MAX_CONTAINERS = 1_000_000
+"""Most JSON objects and arrays in one run record (real records hold a few hundred; a paper-sized run with a
+probe on every update some ten thousand). Counted on the bytes before parsing, so a small file that would
+parse into millions of empty ``{}`` is refused in milliseconds and without the memory."""
+MAX_VALUES = 8_000_000
+"""Most JSON values (counted as the commas) in one run record (real records hold about 15,000)."""
+MAX_INT_DIGITS = 19
+"""Longest integer accepted in a run record [digits]: a 64-bit integer. A longer one fits no float (a loss of
+400 digits would make every ``float()`` of it overflow) and no tensor."""
+READ_CHUNK = 2**20
+"""Bytes read (and counted) at a time from an archive member."""
+ENVIRONMENT_TEXT = ("python", "platform", "torch", "spanviz", "git_commit", "source_sha256", "device", "device_name",
+                    "started_utc")
+"""``environment`` entries that must be strings when present (the bundle's provenance reads them)."""
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text.lstrip('-'))} digits, more than {MAX_INT_DIGITS} (it fits no float "
+                         "or 64-bit integer)")
+    return int(text)
+
+
+def count_structure(chunk: bytes) -> tuple[int, int]:
+    """(JSON objects and arrays, values) that ``chunk`` of JSON text can hold at most: its ``{``/``[`` and
+    ``,`` bytes (characters inside strings are counted too, so this errs on the safe side)."""
+    return chunk.count(b"{") + chunk.count(b"["), chunk.count(b",")
+
+
+def check_structure(payload: bytes, where: str) -> None:
+    """ValueError unless ``payload`` holds at most :data:`MAX_CONTAINERS` containers and :data:`MAX_VALUES` values."""
+    containers, values = count_structure(payload)
+    _check_counts(containers, values, where)
+
+
+def _check_counts(containers: int, values: int, where: str) -> None:
+    if containers > MAX_CONTAINERS:
+        raise ValueError(f"{where}: more than {MAX_CONTAINERS:,} JSON objects and arrays (a run record holds a few "
+                         "hundred)")
+    if values > MAX_VALUES:
+        raise ValueError(f"{where}: more than {MAX_VALUES:,} JSON values")
 
 
 def check_json_limits(obj: Any, where: str, *, max_depth: int = MAX_DEPTH) -> None:
@@ -42,26 +85,56 @@ def check_json_limits(obj: Any, where: str, *, max_depth: int = MAX_DEPTH) -> No
 def record_from_json(payload: bytes | str, where: str) -> RunRecord:
     """A :class:`RunRecord` from JSON that may come from anywhere (a store file, an archive).
 
-    Checks, before building anything: the JSON parses (any nesting depth fails cleanly), nests at most
+    Checks, before building anything: at most :data:`MAX_RECORD_BYTES`, :data:`MAX_CONTAINERS` objects and
+    arrays and :data:`MAX_VALUES` values (counted on the bytes, before parsing); the JSON parses (any nesting
+    depth fails cleanly) with no integer longer than :data:`MAX_INT_DIGITS` digits, nests at most
     :data:`MAX_DEPTH` deep, and the record schema (see :meth:`RunRecord.from_dict`) with a ``message`` of at
-    most :data:`MAX_MESSAGE_CHARS` characters.
+    most :data:`MAX_MESSAGE_CHARS` characters and string provenance (:data:`ENVIRONMENT_TEXT`).
+    :meth:`ResultsStore.put <spanviz.store.ResultsStore.put>` applies the same checks before it writes, so the
+    store never holds what it would refuse to read, export or import.
 
     Raises:
         ValueError: naming ``where`` and what is wrong.
     """
+    if isinstance(payload, str):
+        payload = payload.encode("utf-8")
+    if len(payload) > MAX_RECORD_BYTES:
+        raise ValueError(f"{where}: {len(payload):,} bytes, more than {MAX_RECORD_BYTES:,}")
+    check_structure(payload, where)
     try:
-        obj = json.loads(payload)
+        obj = json.loads(payload, parse_int=_bounded_int)
     except RecursionError:
         raise ValueError(f"{where}: JSON nested too deeply") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"{where}: not JSON ({error})") from None
+    except ValueError as error:  # _bounded_int
+        raise ValueError(f"{where}: {error}") from None
     check_json_limits(obj, where)
     if isinstance(obj, dict) and isinstance(obj.get("message"), str) and len(obj["message"]) > MAX_MESSAGE_CHARS:
         raise ValueError(f"{where}: message has {len(obj['message']):,} characters, more than {MAX_MESSAGE_CHARS:,}")
+    environment = obj.get("environment") if isinstance(obj, dict) else None
+    if isinstance(environment, dict):
+        for name in ENVIRONMENT_TEXT:
+            if environment.get(name) is not None and not isinstance(environment[name], str):
+                raise ValueError(f"{where}: environment.{name} must be a string, got "
+                                 f"{type(environment[name]).__name__}")
     try:
         return RunRecord.from_dict(obj)
     except ValueError as error:
         raise ValueError(f"{where}: {error}") from None
+
+
+def record_payload(record: RunRecord, where: str) -> bytes:
+    """The JSON bytes of ``record`` as the store writes them, after the checks :func:`record_from_json` makes on
+    reading (so what is written can always be read, exported and imported).
+
+    Raises:
+        ValueError: naming ``where`` and the limit the record breaks (size, nesting, message, ...), or
+            something that is not JSON-able.
+    """
+    payload = record.to_json().encode("utf-8")
+    record_from_json(payload, where)
+    return payload
 
 
 @dataclass
@@ -70,26 +143,39 @@ class ImportReport:
 
     Attributes:
         written: keys written into the store. kept: keys already in the store and kept (no ``overwrite``).
-        rejected: ``(entry, reason)`` for each run that failed a check (nothing of it was written).
+        rejected: ``(entry, reason)`` for each run that failed a check (nothing of it was written), and each
+            weights file that did (its run was imported without it). about: the manifest's ``"about"`` notes
+            (how the archive was made), or {}.
     """
 
     written: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
     rejected: list[tuple[str, str]] = field(default_factory=list)
+    about: dict[str, Any] = field(default_factory=dict)
 
 
 def manifest_keys(archive: zipfile.ZipFile, path: Path) -> list[str]:
-    """The distinct keys of the archive's manifest, after the archive-wide checks."""
+    """The distinct keys of the archive's manifest, after the archive-wide checks (:func:`read_manifest`)."""
+    return read_manifest(archive, path)[0]
+
+
+def read_manifest(archive: zipfile.ZipFile, path: Path) -> tuple[list[str], dict[str, Any]]:
+    """The distinct keys of the archive's manifest, after the archive-wide checks, and its ``"about"`` notes ({}
+    when there are none or they are not a JSON object)."""
     try:
         info = archive.getinfo("manifest.json")
     except KeyError:
         raise ValueError(f"{path} is not a spanviz runs archive (no manifest.json)") from None
     if info.file_size > MAX_MANIFEST_BYTES:
         raise ValueError(f"{path}: manifest.json has {info.file_size:,} bytes, more than {MAX_MANIFEST_BYTES:,}")
+    if info.flag_bits & 0x1:
+        raise ValueError(f"{path}: manifest.json is encrypted (spanviz archives are not)")
     try:
         manifest = json.loads(archive.read(info))
     except (RecursionError, json.JSONDecodeError, UnicodeDecodeError):
         raise ValueError(f"{path}: manifest.json is not valid JSON") from None
+    except (zipfile.BadZipFile, zlib.error, RuntimeError, NotImplementedError, EOFError) as error:
+        raise ValueError(f"{path}: manifest.json cannot be read ({error})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != EXPORT_FORMAT:
         raise ValueError(f"{path}: manifest format is not {EXPORT_FORMAT!r}")
     keys = manifest.get("keys")
@@ -104,7 +190,8 @@ def manifest_keys(archive: zipfile.ZipFile, path: Path) -> list[str]:
     if total > MAX_ARCHIVE_BYTES:
         raise ValueError(f"{path}: its runs add up to {total:,} bytes uncompressed, more than "
                          f"{MAX_ARCHIVE_BYTES:,}")
-    return keys
+    about = manifest.get("about")
+    return keys, about if isinstance(about, dict) else {}
 
 def archived_record(archive: zipfile.ZipFile, key: str) -> RunRecord:
     """One checked run of an archive (ValueError naming what is wrong)."""
@@ -117,13 +204,54 @@ def archived_record(archive: zipfile.ZipFile, key: str) -> RunRecord:
         raise ValueError("listed in the manifest but missing from the archive") from None
     if info.file_size > MAX_RECORD_BYTES:
         raise ValueError(f"{info.file_size:,} bytes, more than {MAX_RECORD_BYTES:,}")
-    with archive.open(info) as handle:
-        payload = handle.read(MAX_RECORD_BYTES + 1)
-    if len(payload) > MAX_RECORD_BYTES:
-        raise ValueError(f"more than {MAX_RECORD_BYTES:,} bytes")
+    if info.flag_bits & 0x1:
+        raise ValueError("encrypted (spanviz archives are not)")
+    payload = _read_member(archive, info, MAX_RECORD_BYTES, json_counts=True)
     record = record_from_json(payload, "record")
     if config_key(record.config) != key:
         raise ValueError("its config does not hash to its key (tampered or damaged)")
     if record.status not in STORABLE:
         raise ValueError(f"status {record.status!r} is not one of {STORABLE} (a partial run)")
     return record
+
+
+def archived_weights(archive: zipfile.ZipFile, key: str) -> bytes | None:
+    """The checked ``weights/<key>.pt`` of an archive's run (:func:`~spanviz.store.weights.unpack_weights`), or
+    None when the archive has none for it. Read like a record: at most :data:`MAX_WEIGHTS_BYTES` (declared and as
+    read, a chunk at a time), not encrypted.
+
+    Raises:
+        ValueError: naming what is wrong (too large, encrypted, unreadable, not this run's weights).
+    """
+    try:
+        info = archive.getinfo(f"weights/{key}.pt")
+    except KeyError:
+        return None
+    if info.file_size > MAX_WEIGHTS_BYTES:
+        raise ValueError(f"{info.file_size:,} bytes, more than {MAX_WEIGHTS_BYTES:,}")
+    if info.flag_bits & 0x1:
+        raise ValueError("encrypted (spanviz archives are not)")
+    payload = _read_member(archive, info, MAX_WEIGHTS_BYTES)
+    unpack_weights(payload, key, "weights")
+    return payload
+
+
+def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, max_bytes: int, *,
+                 json_counts: bool = False) -> bytes:
+    """An archive member's bytes, read a chunk at a time and refused as soon as they break a limit (``max_bytes``;
+    with ``json_counts``, :func:`count_structure` too): bounded in memory and time whatever the compression ratio."""
+    chunks, size, containers, values = [], 0, 0, 0
+    try:
+        with archive.open(info) as handle:
+            while chunk := handle.read(READ_CHUNK):
+                size += len(chunk)
+                if size > max_bytes:
+                    raise ValueError(f"more than {max_bytes:,} bytes")
+                if json_counts:
+                    c, v = count_structure(chunk)
+                    containers, values = containers + c, values + v
+                    _check_counts(containers, values, "record")
+                chunks.append(chunk)
+    except (zipfile.BadZipFile, zlib.error, RuntimeError, NotImplementedError, EOFError, OSError) as error:
+        raise ValueError(f"cannot be read from the archive ({error})") from None
+    return b"".join(chunks)

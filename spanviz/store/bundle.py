@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
-import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from spanviz.store.keys import KEY_RE
 from spanviz.store.results import Found, ResultsStore
 from spanviz.train import RunRecord
 
@@ -24,7 +21,8 @@ def describe_runs(records: Iterable[RunRecord]) -> dict[str, Any]:
     ISO 8601); and the number of runs per experiment: ``"<experiment>/<size>"`` from a sweep's ``tags``, or
     "notebook defaults" for untagged runs (what the notebooks' panels store)."""
     records = list(records)
-    started = sorted(r.environment.get("started_utc", "") for r in records if r.environment.get("started_utc"))
+    started = sorted(r.environment["started_utc"] for r in records
+                     if isinstance(r.environment.get("started_utc"), str) and r.environment["started_utc"])
     experiments: dict[str, int] = {}
     for r in records:
         tags = r.config.get("tags") if isinstance(r.config.get("tags"), Mapping) else None
@@ -44,7 +42,8 @@ def describe_runs(records: Iterable[RunRecord]) -> dict[str, Any]:
 
 
 def _splits(config: Mapping[str, Any]) -> str:
-    splits = (config.get("data") or {}).get("splits") or {}
+    data = config.get("data") if isinstance(config.get("data"), Mapping) else {}
+    splits = data.get("splits") if isinstance(data.get("splits"), Mapping) else {}
     return f"{splits.get('train')}/{splits.get('eval')}"
 
 
@@ -103,20 +102,14 @@ def load_bundle(path: str | os.PathLike[str] | None = None, store: ResultsStore 
     path = Path(BUNDLE if path is None else path)
     store = ResultsStore() if store is None else store
     report = store.import_report(path)
-    with zipfile.ZipFile(path) as archive:
-        keys = [n[len("runs/"):-len(".json")] for n in archive.namelist() if n.startswith("runs/")]
-        about = _about(archive)
-    keys = [k for k in keys if KEY_RE.match(k) and store.path(k).is_file()]
-    records = [store.load(k) for k in keys]
+    records, keys = [], []
+    for key in [*report.written, *report.kept]:  # the bundle's runs the store now holds, all readable
+        try:
+            records.append(store.load(key))
+        except (KeyError, ValueError) as error:  # removed or damaged meanwhile by another process
+            report.rejected.append((f"runs/{key}.json", str(error)))
+            continue
+        keys.append(key)
     return {"path": str(path), **describe_runs(records), "imported": len(report.written),
             "rejected": [f"{entry}: {why}" for entry, why in report.rejected],
-            "weights": sum(store.has_weights(k) for k in keys), "about": about}
-
-
-def _about(archive: zipfile.ZipFile) -> dict[str, Any]:
-    """The manifest's ``"about"`` notes (already checked as a manifest by the import), or {}."""
-    try:
-        about = json.loads(archive.read("manifest.json")).get("about")
-    except (KeyError, ValueError, AttributeError):
-        return {}
-    return about if isinstance(about, dict) else {}
+            "weights": sum(store.has_weights(k) for k in keys), "about": report.about}

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import os
 import zipfile
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spanviz.files import atomic_write
-from spanviz.store.archive import (EXPORT_FORMAT, MAX_ARCHIVE_BYTES, ImportReport, archived_record, manifest_keys,
-                                   record_from_json)
+from spanviz.files import atomic_open, atomic_write, expand_user, open_bounded, read_bounded
+from spanviz.store.archive import (EXPORT_FORMAT, MAX_ARCHIVE_BYTES, MAX_MANIFEST_BYTES, MAX_RECORD_BYTES, MAX_RUNS,
+                                   ImportReport, archived_record, archived_weights, read_manifest, record_from_json,
+                                   record_payload)
 from spanviz.store.keys import KEY_RE, STORABLE, config_key, data_differences, default_root, replay_key
 from spanviz.store.weights import MAX_WEIGHTS_BYTES, pack_weights, unpack_weights
 from spanviz.train import RunRecord
@@ -59,7 +60,7 @@ class ResultsStore:
     """
 
     def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
-        self.root = Path(root).expanduser() if root is not None else default_root()
+        self.root = expand_user(root, "the results store") if root is not None else default_root()
 
     def __repr__(self) -> str:
         return f"ResultsStore({str(self.root)!r})"
@@ -108,25 +109,35 @@ class ResultsStore:
     def load(self, key: str) -> RunRecord:
         """The record stored under ``key``.
 
+        The file is checked with ``stat`` before it is read: a regular file of at most :data:`MAX_RECORD_BYTES`
+        (a huge or sparse file is refused without reading it), then every check of an imported run
+        (:func:`record_from_json`, a storable status, the key).
+
         Raises:
             KeyError: nothing stored under ``key``.
-            ValueError: malformed key, or a stored file that is unreadable, not a run record, or does not match
-                its key (the message names the file).
+            ValueError: malformed key, or a stored file that is not a regular file, too large, unreadable, not a
+                run record, a partial run, or does not match its key (the message names the file).
         """
         path = self.path(key)
         if not path.is_file():
             raise KeyError(key)
-        try:
-            payload = path.read_bytes()
-        except OSError as error:
-            raise ValueError(f"{path} cannot be read ({error.strerror or error})") from None
+        payload = read_bounded(path, MAX_RECORD_BYTES)
         record = record_from_json(payload, str(path))
         if config_key(record.config) != key:
             raise ValueError(f"{path} holds a record whose config does not hash to its file name; remove the file")
+        if record.status not in STORABLE:
+            raise ValueError(f"{path} holds a partial run (status {record.status!r}, not one of {STORABLE}); remove "
+                             "the file")
         return record
 
     def put(self, record: RunRecord, weights: Mapping[str, Any] | None = None) -> str:
         """Store ``record`` (replacing an earlier record of the same config), atomically. Returns its key.
+
+        The record must pass the checks every reader makes (:func:`record_payload`: size, nesting, message
+        length, ...), so nothing is written that :meth:`load`, :meth:`export` or an import would refuse. A
+        diverged record never replaces a finished one of the same configuration (the finished one and its weights
+        are kept and a warning logged): a divergence after a finished run of the same configuration comes from a
+        damaged start (e.g. a checkpoint), not from the configuration.
 
         Args:
             record: a finished or diverged run.
@@ -134,9 +145,9 @@ class ResultsStore:
                 for small models a notebook looks inside after a replay), or None: then weights kept for an
                 earlier record of the same key are removed (they belonged to another run).
         Raises:
-            ValueError: not a RunRecord, status not in :data:`STORABLE`, not JSON-serialisable, or ``weights`` not a
-                state dict or too large (then nothing is written and an older file of the same key is left as
-                it was).
+            ValueError: not a RunRecord, status not in :data:`STORABLE`, not JSON-serialisable, over a limit, or
+                ``weights`` not a state dict or too large (then nothing is written and an older file of the same
+                key is left as it was).
             OSError: the store folder cannot be written.
         """
         if not isinstance(record, RunRecord):
@@ -145,18 +156,31 @@ class ResultsStore:
             raise ValueError(f"record.status must be one of {STORABLE} to be stored, got {record.status!r}: "
                              "a partial run would replay as if it were the result of its configuration")
         key = config_key(record.config)
+        payload = record_payload(record, f"the run record of {key[:12]}")
         packed = pack_weights(weights, key) if weights is not None else None
-        self._write(key, record, packed)
+        if record.status == "diverged" and self._stored_status(key) == "finished":
+            logger.warning("results store: kept the finished run %s; a diverged run of the same configuration does "
+                           "not replace it", key[:12])
+            return key
+        self._write(key, record, payload, packed)
         return key
 
-    def _write(self, key: str, record: RunRecord, weights: bytes | None) -> None:
-        """The record, its replay-index entry and its weights file (or none: an older one is removed)."""
-        record.save(self.path(key))
+    def _write(self, key: str, record: RunRecord, payload: bytes, weights: bytes | None) -> None:
+        """The record's checked bytes (:func:`record_payload`), its replay-index entry and its weights file (or
+        none: an older one is removed)."""
+        atomic_write(self.path(key), payload)
         self._index(key, record.config)
         if weights is not None:
             atomic_write(self.weights_path(key), weights)
         else:
             self.weights_path(key).unlink(missing_ok=True)
+
+    def _stored_status(self, key: str) -> str | None:
+        """The status of the readable entry of ``key``, or None (none, or damaged)."""
+        try:
+            return self.load(key).status
+        except (KeyError, ValueError):
+            return None
 
     # ---------------------------------------------------------------------------- replays of other data
     def find(self, config: Mapping[str, Any]) -> Found | None:
@@ -166,7 +190,8 @@ class ResultsStore:
 
         Among several runs of other data, the one with the same splits wins, then the latest start. The notebooks'
         panels use this, so the workshop bundle (trained on the offline copy's validation split) replays where
-        the data has its train split; sweeps use :meth:`get`, the exact configuration only.
+        the data has its train split; sweeps use :meth:`get`, the exact configuration only. Every candidate is
+        read with :meth:`load` (within its limits; a damaged one is passed over).
 
         Raises:
             ValueError: bad ``config`` (see :func:`config_key`).
@@ -186,12 +211,12 @@ class ResultsStore:
                 candidates.append((other, stored))
         if not candidates:
             return None
-        splits = config.get("data", {}).get("splits") if isinstance(config.get("data"), Mapping) else None
+        splits = _splits(config)
 
         def preference(item: tuple[str, RunRecord]) -> tuple[bool, str, str]:
             stored = item[1]
-            return (stored.config.get("data", {}).get("splits") == splits,
-                    str(stored.environment.get("started_utc", "")), item[0])
+            started = stored.environment.get("started_utc")
+            return (_splits(stored.config) == splits, started if isinstance(started, str) else "", item[0])
 
         other, stored = max(candidates, key=preference)
         return Found(other, stored, exact=False, differences=data_differences(stored.config, config))
@@ -210,7 +235,7 @@ class ResultsStore:
 
     def _replay_index(self) -> dict[str, list[str]]:
         """``{replay key: [keys]}`` of the stored runs; runs not indexed yet (stored by an older spanviz, or copied
-        in) are read once and indexed."""
+        in) are read once (with :meth:`load`, within its limits) and indexed."""
         index: dict[str, list[str]] = {}
         folder = self.root / REPLAY_INDEX
         names = os.listdir(folder) if folder.is_dir() else []
@@ -241,15 +266,14 @@ class ResultsStore:
 
     def weights(self, key: str) -> dict[str, Any] | None:
         """The final weights kept for the run stored under ``key`` (a state dict, float32), or None when there are
-        none or the file is damaged (logged as a warning naming the file)."""
+        none or the file is damaged (logged as a warning naming the file). The file is checked with ``stat`` before
+        it is read (a regular file of at most :data:`MAX_WEIGHTS_BYTES`), like a record."""
         path = self.weights_path(key)
         if not path.is_file():
             return None
         try:
-            if path.stat().st_size > MAX_WEIGHTS_BYTES:
-                raise ValueError(f"{path}: more than {MAX_WEIGHTS_BYTES:,} bytes")
-            return unpack_weights(path.read_bytes(), key, str(path))
-        except (OSError, ValueError) as error:
+            return unpack_weights(read_bounded(path, MAX_WEIGHTS_BYTES), key, str(path))
+        except ValueError as error:  # UnreadableFileError included
             logger.warning("results store: skipping damaged weights (%s)", error)
             return None
 
@@ -285,7 +309,10 @@ class ResultsStore:
         ``weights/<key>.pt`` for the runs whose final weights are kept. Atomic.
 
         Every run is read and checked first, so the archive never ships a damaged entry (damaged weights are
-        left out with a warning).
+        left out with a warning), and the archive keeps the limits :meth:`import_report` checks (:data:`MAX_RUNS`
+        runs, :data:`MAX_ARCHIVE_BYTES` of records and weights in all), so it imports on any machine. Written into
+        a temporary file beside ``path``, one run (and its weights) at a time, then renamed; the file gets the
+        permissions a plain write gives (:func:`~spanviz.files.atomic_open`).
 
         Args:
             path: the zip file to write (e.g. ``"workshop-runs.zip"``); its folder is created.
@@ -296,33 +323,53 @@ class ResultsStore:
             The path written.
         Raises:
             ValueError: ``path`` is a folder or cannot be written; a requested key that is not in the store or
-                whose entry is damaged.
+                whose entry is damaged; more runs or bytes than an import accepts.
         """
-        path = Path(path)
+        path = expand_user(path, "the archive")
         if path.is_dir():
             raise ValueError(f"{path} is a folder; give the file to write, e.g. {path / 'runs.zip'}")
-        if keys is None:
-            records = dict(self.records())
-        else:
-            keys = list(keys)
+        if keys is not None:
+            keys = list(dict.fromkeys(keys))
             missing = [k for k in keys if not self.path(k).is_file()]
             if missing:
                 raise ValueError(f"keys not in the store {self.root}: {missing}")
-            records = {k: self.load(k) for k in keys}
-        weights = {key: packed for key in records if (packed := self._weights_bytes(key)) is not None}
-        manifest = {"format": EXPORT_FORMAT, "keys": list(records), **({"weights": list(weights)} if weights else {}),
-                    **({"about": dict(about)} if about else {})}
-        buffer = io.BytesIO()
-        with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-            archive.writestr("manifest.json", json.dumps(manifest, indent=1))
-            for key, record in records.items():
-                archive.writestr(f"runs/{key}.json", record.to_json())
-            for key, packed in weights.items():
-                archive.writestr(f"{WEIGHTS}/{key}.pt", packed)
         try:
-            return atomic_write(path, buffer.getvalue())
+            about = json.loads(json.dumps(dict(about), allow_nan=False)) if about else {}
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"about must be JSON-able notes (a mapping of text, numbers, lists): {error}") from None
+        try:
+            with atomic_open(path) as temp, zipfile.ZipFile(temp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+                written, with_weights, total = [], [], 0
+                for key in self.list() if keys is None else keys:
+                    try:
+                        record = self.load(key)
+                    except (KeyError, ValueError) as error:
+                        if keys is not None:
+                            raise
+                        logger.warning("results store: not exported, a damaged entry: %s", error)
+                        continue
+                    payload = record_payload(record, str(self.path(key)))  # what an import accepts
+                    packed = self._weights_bytes(key)
+                    total += len(payload) + len(packed or b"")
+                    if len(written) + 1 > MAX_RUNS or total > MAX_ARCHIVE_BYTES:
+                        raise ValueError(f"{path}: more than {MAX_RUNS:,} runs or {MAX_ARCHIVE_BYTES:,} bytes, "
+                                         "more than an import accepts; export fewer runs (keys=)")
+                    archive.writestr(f"runs/{key}.json", payload)
+                    written.append(key)
+                    if packed is not None:
+                        archive.writestr(f"{WEIGHTS}/{key}.pt", packed)
+                        with_weights.append(key)
+                manifest = json.dumps({"format": EXPORT_FORMAT, "keys": written,
+                                       **({"weights": with_weights} if with_weights else {}),
+                                       **({"about": about} if about else {})}, indent=1).encode("utf-8")
+                if len(manifest) > MAX_MANIFEST_BYTES:
+                    raise ValueError(f"{path}: its manifest would have {len(manifest):,} bytes, more than "
+                                     f"{MAX_MANIFEST_BYTES:,} (an import refuses it); shorten about= or export fewer "
+                                     "runs")
+                archive.writestr("manifest.json", manifest)
         except OSError as error:
             raise ValueError(f"cannot write {path} ({error.strerror or error})") from None
+        return path
 
     def _weights_bytes(self, key: str) -> bytes | None:
         """The checked bytes of a kept weights file, or None (none kept, or damaged: logged)."""
@@ -330,9 +377,9 @@ class ResultsStore:
         if not path.is_file():
             return None
         try:
-            payload = path.read_bytes()
+            payload = read_bounded(path, MAX_WEIGHTS_BYTES)
             unpack_weights(payload, key, str(path))
-        except (OSError, ValueError) as error:
+        except ValueError as error:  # UnreadableFileError included
             logger.warning("results store: not exporting damaged weights (%s)", error)
             return None
         return payload
@@ -362,62 +409,65 @@ class ResultsStore:
         :data:`MAX_ARCHIVE_BYTES`) must pass :func:`~spanviz.store.weights.unpack_weights`; weights that fail are
         rejected and their run is imported without them.
 
+        The file itself is checked with ``stat`` before it is opened (a regular file of at most
+        :data:`MAX_ARCHIVE_BYTES`: no device, FIFO or folder), and each run is read a chunk at a time, checked
+        and written before the next one is read, so memory holds one run at a time and a member that would
+        expand past a limit is refused as soon as it does. A run already in the store is kept (unless
+        ``overwrite``) when its entry is readable; a damaged entry is replaced.
+
         Args:
             path: the zip file. overwrite: replace runs already in this store (default: keep them).
         Returns:
             An :class:`ImportReport`.
         Raises:
-            ValueError: the file is missing, a folder, not a zip, or its manifest fails the checks above.
+            ValueError: the file is missing, a folder, a device or FIFO, too large, not a zip, or its manifest
+                fails the checks above.
         """
-        path = Path(path)
-        if not path.exists():
-            raise ValueError(f"{path}: no such file")
+        path = expand_user(path, "the archive")
         if path.is_dir():
             raise ValueError(f"{path} is a folder, not a runs archive (.zip)")
-        try:
-            with zipfile.ZipFile(path) as archive:
-                keys = manifest_keys(archive, path)
-                report, records = ImportReport(), {}
-                for key in keys:
-                    try:
-                        records[key] = archived_record(archive, key)
-                    except ValueError as error:
-                        report.rejected.append((f"runs/{key}.json", str(error)))
-                weights = self._archived_weights(archive, records, report)
-        except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError) as error:
-            raise ValueError(f"{path} is not a spanviz runs archive ({error})") from None
-        for key, record in records.items():
-            if overwrite or not self.path(key).is_file():
-                self._write(key, record, weights.get(key))
-                report.written.append(key)
-            else:
-                report.kept.append(key)
+        report = ImportReport()
+        with open_bounded(path, MAX_ARCHIVE_BYTES) as handle:
+            try:
+                with zipfile.ZipFile(handle) as archive:
+                    keys, report.about = read_manifest(archive, path)
+                    weights_ok = self._weights_fit(archive, keys, report)
+                    for key in keys:
+                        try:
+                            record = archived_record(archive, key)
+                        except ValueError as error:
+                            report.rejected.append((f"runs/{key}.json", str(error)))
+                            continue
+                        if not overwrite and self._stored_status(key) is not None:
+                            report.kept.append(key)
+                            continue
+                        packed = None
+                        if weights_ok:
+                            try:
+                                packed = archived_weights(archive, key)
+                            except ValueError as error:  # its run is imported without them
+                                report.rejected.append((f"{WEIGHTS}/{key}.pt", str(error)))
+                        self._write(key, record, record_payload(record, f"runs/{key}.json"), packed)
+                        report.written.append(key)
+            except (zipfile.BadZipFile, EOFError, NotImplementedError, RuntimeError, zlib.error) as error:
+                raise ValueError(f"{path} is not a spanviz runs archive ({error})") from None
         return report
 
     @staticmethod
-    def _archived_weights(archive: zipfile.ZipFile, records: Mapping[str, RunRecord],
-                          report: ImportReport) -> dict[str, bytes]:
-        """The checked ``weights/<key>.pt`` of the archive's good runs; each bad one is rejected (its run stays)."""
-        found: dict[str, bytes] = {}
+    def _weights_fit(archive: zipfile.ZipFile, keys: Iterable[str], report: ImportReport) -> bool:
+        """Whether the archive's ``weights/<key>.pt`` of the listed runs add up to at most :data:`MAX_ARCHIVE_BYTES`
+        uncompressed, as the central directory declares them (a member never gives more than it declares, and each
+        is also bounded as it is read, :func:`~spanviz.store.archive.archived_weights`). When not, none is imported
+        (rejected as ``weights/``) and the runs are imported without them."""
         sizes = {i.filename: i.file_size for i in archive.infolist()}
-        total = sum(sizes.get(f"{WEIGHTS}/{key}.pt", 0) for key in records)
+        total = sum(sizes.get(f"{WEIGHTS}/{key}.pt", 0) for key in keys)
         if total > MAX_ARCHIVE_BYTES:
             report.rejected.append((f"{WEIGHTS}/", f"{total:,} bytes uncompressed, more than {MAX_ARCHIVE_BYTES:,}"))
-            return found
-        for key in records:
-            name = f"{WEIGHTS}/{key}.pt"
-            try:
-                info = archive.getinfo(name)
-            except KeyError:
-                continue
-            try:
-                if info.file_size > MAX_WEIGHTS_BYTES:
-                    raise ValueError(f"{info.file_size:,} bytes, more than {MAX_WEIGHTS_BYTES:,}")
-                with archive.open(info) as handle:
-                    payload = handle.read(MAX_WEIGHTS_BYTES + 1)
-                unpack_weights(payload, key, "weights")
-            except ValueError as error:
-                report.rejected.append((name, str(error)))
-                continue
-            found[key] = payload
-        return found
+            return False
+        return True
+
+
+def _splits(config: Mapping[str, Any]) -> Any:
+    """``config["data"]["splits"]``, or None where a config (of a record from elsewhere) has no such entry."""
+    data = config.get("data")
+    return data.get("splits") if isinstance(data, Mapping) else None

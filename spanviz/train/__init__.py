@@ -3,7 +3,8 @@
 A :class:`Trainer` trains one :class:`~spanviz.model.TinyGPT` on a :class:`~spanviz.data.TokenData` with AdamW,
 step by step (``trainer.step(n)``) or to the end (``trainer.run()``). Everything a run produced lives in
 ``trainer.record`` (a :class:`RunRecord`: config, environment, history, status), saved as JSON;
-``save_checkpoint`` / :meth:`Trainer.resume` continue a run exactly (bit for bit on CPU).
+``save_checkpoint`` / :meth:`Trainer.resume` continue a run exactly (bit for bit on CPU with the same thread
+count).
 
 The package, in reading order:
 

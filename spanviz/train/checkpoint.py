@@ -3,8 +3,9 @@ state — in one file, written atomically, read back with ``torch.load(weights_o
 anything is built from it.
 
 A checkpoint is written at every evaluation by default (``TrainConfig.checkpoint_interval``) and never from
-non-finite weights, so after a divergence the last good checkpoint stays on disk. On CPU a run resumed from a
-checkpoint continues the very same loss curve, bit for bit.
+non-finite weights, so after a divergence the last good checkpoint stays on disk; a checkpoint with non-finite
+weights, an incomplete optimizer state or unusable RNG states is refused on loading. On CPU a run resumed from
+a checkpoint with the run's torch thread count continues the very same loss curve, bit for bit.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ class Checkpoint:
 
 def _first_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
+    if type(error) is ValueError and text:  # our own checks: the sentence says it all
+        return text[0][:300]
     return f"{type(error).__name__}: {text[0][:200]}" if text else type(error).__name__
 
 
@@ -72,8 +75,9 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
 
     Raises:
         CheckpointError: one sentence naming the file and what is wrong: missing, empty, unreadable
-            (truncated, random bytes, a pickle ``weights_only`` refuses), not a spanviz checkpoint, or an entry
-            missing or of the wrong type.
+            (truncated, random bytes, a pickle ``weights_only`` refuses), not a spanviz checkpoint, an entry
+            missing or of the wrong type, non-finite weights (:func:`check_weights`), an incomplete or non-finite
+            optimizer state (:func:`check_optimizer`), RNG states no generator accepts (:func:`check_rng`).
     """
     path = Path(path)
     if not path.is_file():
@@ -101,9 +105,65 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         for key in ("model", "optimizer", "rng"):
             if not isinstance(state[key], dict):
                 raise ValueError(f"{key!r} must be a dict, got {type(state[key]).__name__}")
+        check_weights(state["model"])
+        check_optimizer(state["optimizer"], step)
+        check_rng(state["rng"])
     except (ValueError, TypeError) as error:
         raise CheckpointError(f"{path} is damaged: {_first_line(error)}") from None
     return Checkpoint(path, model_cfg, train_cfg, record, step, state)
+
+
+def _nonfinite(tensor: Any) -> bool:
+    return isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())
+
+
+def check_weights(model_state: dict[str, Any]) -> None:
+    """ValueError unless every entry of a model state dict is a tensor and every float tensor is finite (a
+    checkpoint is never written from non-finite weights, so NaN or infinity means damage)."""
+    for name, value in model_state.items():
+        if not isinstance(value, torch.Tensor):
+            raise ValueError(f"model entry {name!r} is a {type(value).__name__}, not a tensor")
+        if _nonfinite(value):
+            raise ValueError(f"weight {name} holds non-finite values (NaN or infinity); a checkpoint is never "
+                             "written from such weights")
+
+
+def check_optimizer(optimizer_state: dict[str, Any], step: int) -> None:
+    """ValueError unless an AdamW state dict is complete: ``param_groups`` listing parameter ids, and after the
+    first update (``step`` >= 1) a state for every parameter with finite ``exp_avg``, ``exp_avg_sq`` and ``step``
+    — an emptied or partial state would resume with reset moments, a different curve."""
+    groups, states = optimizer_state.get("param_groups"), optimizer_state.get("state")
+    if not isinstance(groups, list) or not all(isinstance(g, dict) and isinstance(g.get("params"), list)
+                                               for g in groups):
+        raise ValueError("optimizer param_groups must be a list of groups listing their parameters")
+    if not isinstance(states, dict):
+        raise ValueError(f"optimizer state must be a dict, got {type(states).__name__}")
+    if step == 0:
+        return
+    for index in (i for group in groups for i in group["params"]):
+        entry = states.get(index)
+        if not isinstance(entry, dict):
+            raise ValueError(f"the optimizer state of parameter {index} is missing after {step} updates (its moments "
+                             "would restart from zero)")
+        for key in ("step", "exp_avg", "exp_avg_sq"):
+            if not isinstance(entry.get(key), torch.Tensor):
+                raise ValueError(f"the optimizer state of parameter {index} lacks its {key!r} tensor")
+            if _nonfinite(entry[key]):
+                raise ValueError(f"the optimizer state {key!r} of parameter {index} holds non-finite values")
+
+
+def check_rng(rng: dict[str, Any]) -> None:
+    """ValueError unless the RNG states (``torch``, ``batch``; ``cuda`` is checked when restored on CUDA) are states
+    a CPU generator accepts."""
+    for key in ("torch", "batch"):
+        value = rng.get(key)
+        if not isinstance(value, torch.Tensor) or value.dtype != torch.uint8:
+            raise ValueError(f"rng[{key!r}] must be a uint8 tensor (a generator state), got "
+                             f"{getattr(value, 'dtype', type(value).__name__)}")
+        try:
+            torch.Generator().set_state(value)
+        except (RuntimeError, ValueError, TypeError) as error:
+            raise ValueError(f"rng[{key!r}] is not a generator state ({_first_line(error)})") from None
 
 
 def nonfinite_parameter(model: nn.Module) -> str | None:
@@ -175,6 +235,13 @@ def restore(trainer: Trainer, ckpt: Checkpoint) -> None:
     try:
         trainer.model.load_state_dict(state["model"])
         trainer.optimizer.load_state_dict(state["optimizer"])
+        for group in trainer.optimizer.param_groups:
+            for param in group["params"]:
+                moments = trainer.optimizer.state.get(param, {})
+                for key in ("exp_avg", "exp_avg_sq"):
+                    if key in moments and moments[key].shape != param.shape:
+                        raise ValueError(f"optimizer {key} of shape {tuple(moments[key].shape)} for a parameter of "
+                                         f"shape {tuple(param.shape)}")
         trainer._rng.state["cpu"] = state["rng"]["torch"]
         if "cuda" in trainer._rng.state:
             if "cuda" in state["rng"]:
@@ -194,6 +261,9 @@ def restore(trainer: Trainer, ckpt: Checkpoint) -> None:
     trainer.record.status = "finished" if done else "running"
     # which checkpoint, not where it lay: a run record holds no path of the machine
     trainer.record.environment["resumed_from"] = {"checkpoint": Path(ckpt.path).name, "step": ckpt.step}
+    for key in ("num_threads", "num_threads_changes"):  # the threads the saved updates used (see Trainer)
+        if key in saved.environment:
+            trainer.record.environment[key] = saved.environment[key]
     if trainer.out_dir is not None and Path(ckpt.path).resolve() == (trainer.out_dir / "checkpoint.pt").resolve():
         trainer.last_checkpoint = ckpt.step
 

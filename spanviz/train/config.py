@@ -16,6 +16,9 @@ from spanviz.model import GPTConfig
 from spanviz.validators import check_choice, check_fields, check_float, check_int
 
 DTYPES = ("float32", "bfloat16")
+MAX_OPTIMIZER_SCALE = 1e38
+"""Largest factor AdamW may apply to a float32 weight in one update (float32's largest number is 3.4e38):
+lr * lr_spike_factor / (1 - beta1) and lr * lr_spike_factor * weight_decay stay below it."""
 DEVICE_TYPES = ("cpu", "cuda", "mps")
 
 
@@ -28,7 +31,9 @@ def _check_device_name(name: str, value: Any) -> str:
         device = None
     if device is None or device.type not in DEVICE_TYPES:
         raise ValueError(f"{name} must be 'auto', 'cpu', 'cuda', 'cuda:<index>' or 'mps', got {value!r}")
-    return str(value)
+    if device.type in ("cpu", "mps"):  # one CPU, one MPS device: "cpu:0" is "cpu" (one setting, one store key)
+        return device.type
+    return str(device)
 
 
 def default_warmup_steps(steps: int) -> int:
@@ -70,8 +75,11 @@ class TrainConfig:
         lr_spike_factor: multiply the learning rate by this factor (>= 1; 1.0 = off) for the updates
             lr_spike_start <= s < lr_spike_start + lr_spike_steps, a controlled transient for the FP8
             scaling experiments (arXiv 2602.18851, "transient scenarios").
-        lr_spike_start: first update of the spike, >= 0 (< steps when the spike is on).
-        lr_spike_steps: spike length [updates], >= 0 (>= 1 when the spike is on).
+        lr_spike_start: first update of the spike, >= 0 (< steps when the spike is on; stored as 0 when it is
+            off).
+        lr_spike_steps: spike length [updates], >= 0 (>= 1 when the spike is on; stored as 0 when it is off).
+            The peak learning rate lr * lr_spike_factor must keep AdamW's float32 arithmetic finite:
+            lr * lr_spike_factor / (1 - beta1) and lr * lr_spike_factor * weight_decay <= 1e38.
 
     Raises:
         ValueError: naming the field, the value and what is allowed.
@@ -125,13 +133,25 @@ class TrainConfig:
         put("lr_spike_factor", check_float("lr_spike_factor", self.lr_spike_factor, 1.0))
         put("lr_spike_start", check_int("lr_spike_start", self.lr_spike_start, 0))
         put("lr_spike_steps", check_int("lr_spike_steps", self.lr_spike_steps, 0))
-        if self.lr_spike_factor != 1.0:
+        if self.lr_spike_factor == 1.0:  # no spike: its start and length mean nothing (one setting, one store key)
+            put("lr_spike_start", 0)
+            put("lr_spike_steps", 0)
+        else:
             if self.lr_spike_start >= self.steps:
                 raise ValueError(f"lr_spike_start must be < steps={self.steps} when the spike is on "
                                  f"(lr_spike_factor={self.lr_spike_factor}), got {self.lr_spike_start}")
             if self.lr_spike_steps < 1:
                 raise ValueError(f"lr_spike_steps must be >= 1 when the spike is on "
                                  f"(lr_spike_factor={self.lr_spike_factor}), got {self.lr_spike_steps}")
+        # AdamW's first step moves a weight by up to lr / (1 - beta1) and scales it by 1 - lr * weight_decay,
+        # both as float32: beyond float32's range the optimizer itself fails, so refuse it here.
+        peak = self.lr * self.lr_spike_factor
+        largest = max(peak / (1.0 - self.beta1), peak * self.weight_decay)
+        if not largest <= MAX_OPTIMIZER_SCALE:
+            raise ValueError(f"the peak learning rate lr * lr_spike_factor = {peak:g} (lr={self.lr:g}, "
+                             f"lr_spike_factor={self.lr_spike_factor:g}) is too large: AdamW would scale a weight by "
+                             f"{largest:g} (lr / (1 - beta1), lr * weight_decay), beyond float32's range; keep them "
+                             f"below {MAX_OPTIMIZER_SCALE:g}")
 
     def checkpoint_due(self, step_count: int, evaluated: bool) -> bool:
         """Whether a checkpoint is due after ``step_count`` updates (``evaluated``: this update was evaluated)."""

@@ -15,8 +15,11 @@ training throughput of that update (batch, forward, backward, optimizer; evaluat
 Determinism: one ``seed`` controls the initial weights, the training batches (a private ``torch.Generator``)
 and dropout (a private copy of torch's RNG state, swapped in for each step). The trainer therefore never
 disturbs, and is never disturbed by, other users of torch's global RNG (another trainer in the same
-process, a probe that draws random numbers). On CPU the same seed gives the same loss curve bit for bit,
-and a run resumed from a checkpoint continues the very same curve.
+process, a probe that draws random numbers). On CPU, with the same torch build and the same number of torch
+threads, the same seed gives the same loss curve bit for bit, and a run resumed from a checkpoint continues the
+very same curve (floating-point sums split over another number of threads add in another order). The record
+keeps the thread count its updates used: ``environment["num_threads"]``, and ``num_threads_changes`` when a
+continuation ran with another count.
 
 Non-finite numbers: a non-finite training loss or gradient norm stops the run *before* the optimizer step
 (the model keeps its last weights), a non-finite validation loss stops it after; status becomes
@@ -269,6 +272,7 @@ class Trainer:
         if self.record.status in ("finished", "diverged") or self.step_count >= self.train_cfg.steps:
             return rows
         self.record.status, self.record.message = "running", ""
+        self._note_threads()
         if self.out_dir is not None and not self._announced:
             save_outputs(self, checkpoint=False)  # a run killed before its first checkpoint still leaves a trace
             self._announced = True
@@ -293,6 +297,23 @@ class Trainer:
                 self._interrupted()
                 raise
         return rows
+
+    def _note_threads(self) -> None:
+        """Record the torch threads the updates really use: ``environment["num_threads"]`` is the count of the
+        first update; a later call that trains with another count (a continued or resumed run) is listed in
+        ``environment["num_threads_changes"]`` as ``[update, threads]`` — on CPU the curve is bit-for-bit
+        reproducible only with the same count."""
+        threads, env = torch.get_num_threads(), self.record.environment
+        if self.step_count == 0:
+            env["num_threads"] = threads
+            return
+        changes = env.get("num_threads_changes") or []
+        current = changes[-1][1] if changes else env.get("num_threads")
+        if threads != current:
+            env["num_threads_changes"] = [*changes, [self.step_count, threads]]
+            logger.warning("the run continues with %d torch threads after %d updates with %s: on CPU the curve can "
+                           "differ in the last digits from one trained with a single count", threads, self.step_count,
+                           current)
 
     def _interrupted(self) -> None:
         """Record a Ctrl-C: checkpoint the last complete update, unless it struck inside an update."""
@@ -364,9 +385,11 @@ class Trainer:
         """Continue a run from a checkpoint written by :meth:`save_checkpoint`.
 
         Restores model, optimizer, step count, history, record config (incl. extra entries), RNG states and
-        the state of probes (matched by name) that have ``load_state_dict``. On CPU the continued loss
-        curve is bit-for-bit the one an uninterrupted run would have produced. The status becomes "running"
-        (or stays "finished").
+        the state of probes (matched by name) that have ``load_state_dict``. On CPU, with the run's thread count
+        (``checkpoint.record.environment["num_threads"]``; ``spanviz train --resume`` sets it), the continued
+        loss curve is bit-for-bit the one an uninterrupted run would have produced. The status becomes
+        "running" (or stays "finished"; then, with an ``out_dir``, its ``run.json`` is rewritten, in case a
+        kill during the final write left an older one).
 
         Args:
             path: the checkpoint file, or a :class:`Checkpoint` from :func:`load_checkpoint`.
@@ -389,6 +412,10 @@ class Trainer:
         trainer = cls(ckpt.model_cfg, train_cfg, data, probes=probes, callbacks=callbacks, out_dir=out_dir,
                       extra_config=extra)
         restore(trainer, ckpt)
+        if trainer.done and trainer.out_dir is not None:
+            # The checkpoint holds the finished run: its run.json may be older (a kill -9 during the final write
+            # left status "running"), and run() has nothing to do and would not rewrite it.
+            save_outputs(trainer, checkpoint=False)
         return trainer
 
     # ------------------------------------------------------------------------------------- evaluation

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from spanviz.files import atomic_write
+from spanviz.files import UnreadableFileError, atomic_write, read_bounded
 from spanviz.provenance import code_identity
 
 if TYPE_CHECKING:  # annotations only
@@ -37,6 +37,8 @@ CORE_KEYS = ("step", "train_loss", "val_loss", "lr", "grad_norm", "tokens_per_s"
 CONFIG_KEYS = ("model", "train", "data", "probes")
 """Keys of ``RunRecord.config`` set by the trainer; ``extra_config`` may add others (e.g. ``variant``)."""
 RECORD_FORMAT = "spanviz-run-1"
+MAX_RECORD_FILE_BYTES = 64 * 2**20
+"""Largest ``run.json`` :meth:`RunRecord.load` reads [bytes] (the results store's limit for one run)."""
 _NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
@@ -129,7 +131,9 @@ class RunRecord:
     @property
     def best_val_loss(self) -> float | None:
         """Lowest finite ``val_loss`` in the history [nats], or None when there is none."""
-        values = [v for v in self.history.get("val_loss", []) if isinstance(v, (int, float)) and math.isfinite(v)]
+        values = [float(v) for v in self.history.get("val_loss", [])
+                  if isinstance(v, float) or (isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2**63)]
+        values = [v for v in values if math.isfinite(v)]
         return min(values) if values else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -202,12 +206,13 @@ class RunRecord:
         """Read a record written by :meth:`save`.
 
         Raises:
-            ValueError: the file cannot be read or is not a run record (the message names the file).
+            ValueError: the file cannot be read (missing, not a regular file, over :data:`MAX_RECORD_FILE_BYTES`;
+                checked with ``stat`` before reading) or is not a run record (the message names the file).
         """
         try:
-            return cls.from_json(Path(path).read_bytes())
-        except OSError as error:
-            raise ValueError(f"{path} cannot be read: {error.strerror or error}") from None
+            return cls.from_json(read_bounded(path, MAX_RECORD_FILE_BYTES))
+        except UnreadableFileError:
+            raise
         except ValueError as error:
             raise ValueError(f"{path}: {error}") from None
 
