@@ -133,7 +133,7 @@ def test_tour_says_what_its_loss_figure_draws(browser, replay_lab: dict, screens
     try:
         caption = page.caption("train-loss")
         check_loss_caption(page, caption)
-        steps = int(expect(lab.status(), r"\((\d+) steps?\)").group(1))
+        steps = int(expect(lab.status(), r"\((\d+) steps?[,)]").group(1))  # "(300 steps, on a CPU)"
         train = page.trace(page.traces(".spanviz-view-train-loss"), "tiny GPT · train loss")
         assert len(train["x"]) == steps, f"the status says {steps} steps, the loss curve has {len(train['x'])}"
         screenshot(lab, ".jp-OutputArea-output:has(.spanviz-view-train-loss)", screenshot_dir / "00_tour-replay.png")
