@@ -51,16 +51,18 @@ from spanviz.train import TrainConfig
 SPANS_STEPS = 2000
 SPANS_HEADS = (4, 8, 16)
 SMOKE = dict(model=dict(context_length=64, n_layer=1),
-             train=dict(steps=4, warmup_steps=1, batch_size=2, eval_interval=2, eval_iters=1, device="cpu",
-                        dtype="float32"))
-"""``--smoke``: a seconds-long CPU rehearsal of the same code paths (tiny models, 4 updates)."""
+             train=dict(warmup_steps=1, batch_size=2, eval_interval=2, eval_iters=1, device="cpu", dtype="float32"),
+             steps=4)
+"""``--smoke``: a seconds-long CPU rehearsal of the same code paths (tiny models, 4 updates). The updates are the
+sweep's ``steps`` argument, not a ``train`` override: a sweep refuses overrides its grid sets."""
 
 
 def spans_variants(vocab_size: int, steps: int = SPANS_STEPS, smoke: bool = False
                    ) -> dict[str, tuple[GPTConfig, TrainConfig]]:
     """{name: (GPTConfig, TrainConfig)} of the head sweep: "heads=H/[1111]" and "heads=H/[1000]" for each H."""
     paper = SIZE_DEFAULTS["paper"]
-    train = TrainConfig(**{**paper["train"], "steps": steps, "eval_interval": 100, "warmup_steps": 100,
+    train = TrainConfig(**{**paper["train"], "steps": SMOKE["steps"] if smoke else steps, "eval_interval": 100,
+                           "warmup_steps": 100,
                            "device": "cuda", "dtype": "bfloat16", **(SMOKE["train"] if smoke else {})})
     variants = {}
     for h in SPANS_HEADS:
@@ -76,7 +78,7 @@ def ls_grid(vocab_size: int, steps: int | None = None, smoke: bool = False
     """The LS sweep's variants at size "gpu" and its LogitProbe period: what
     :func:`spanviz.experiments.ls.ls_sweep` ("gpu") trains, here so that single variants can train in parallel
     processes under the same store keys."""
-    overrides = dict(model=SMOKE["model"], train=SMOKE["train"]) if smoke else dict(steps=steps)
+    overrides = dict(model=SMOKE["model"], train=SMOKE["train"], steps=SMOKE["steps"]) if smoke else dict(steps=steps)
     return ls_variants("gpu", vocab_size, **overrides), 2 if smoke else LS_SIZES["gpu"]["probe_every"]
 
 

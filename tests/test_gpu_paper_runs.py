@@ -66,5 +66,5 @@ def test_one_variant_per_process_stores_what_the_whole_sweep_would(script, tmp_p
     monkeypatch.setattr(Trainer, "run", counting)
     data = prepare_tokens(wikitext_dir, splits=OFFLINE_SPLITS, tokenizer="word", max_vocab=8192)
     ls_sweep("gpu", seeds=[0], data=data, store=ResultsStore(), model=script.SMOKE["model"],
-             train=script.SMOKE["train"], probe_every=2)
+             train=script.SMOKE["train"], steps=script.SMOKE["steps"], probe_every=2)
     assert sorted(trained) == ["ls", "qk_norm"]  # mhsa replayed: the same store key
