@@ -20,7 +20,7 @@ How the techniques plug in: the model imports their *core* files only — their 
 * **per-head masks** (LS-attention, arXiv 2505.15548): ``n_local`` / ``window`` → a mask predicate and its cached
   masks from :mod:`spanviz.local_global.core`; FlexAttention from :mod:`spanviz.local_global.flex`;
 * **score-gradient transforms** (span / violation scaling, arXiv 2512.13033): ``spans`` →
-  :func:`spanviz.spans.build_grad_fns`, applied to ∂L/∂S of the pre-mask scores (explicit path: the definition),
+  :func:`spanviz.spans.fused.build_grad_fns`, applied to ∂L/∂S of the pre-mask scores (explicit path: the definition),
   inside the backward of the fused path (:mod:`spanviz.spans.fused`: the same gradients, no T×T tensor kept), or
   to ∂L/∂Q and ∂L/∂K (qk4's closed form, fused path);
 * **probes** (logit growth, FP8 bounds) live in the technique packages and read the hook points and
@@ -47,7 +47,7 @@ from spanviz.local_global.core import MaskMod, additive_mask, causal_mask, dense
 from spanviz.lm_loss import lm_cross_entropy
 from spanviz.local_global.flex import flex_attention, flex_available
 from spanviz.spans.config import SpanConfig
-from spanviz.spans.hooks import build_grad_fns
+from spanviz.spans.fused import build_grad_fns
 from spanviz.validators import check_bool, check_choice, check_fields, check_float, check_int
 
 ATTN_BACKENDS = ("auto", "explicit", "sdpa", "flex")
@@ -232,7 +232,7 @@ class Attention(nn.Module):
         mask_mod: predicate (b, h, q_idx, kv_idx) → bool tensor, True where key kv_idx may be attended.
         score_grad_fn: (dS, q, k, v) → dS', applied to the gradient of the pre-mask scores (B, H, T, T);
             q, k, v (B, H, T, d_head) are detached. The definition runs on the explicit path; a transform with
-            an ``attention(q, k, v, attend, mask)`` method (:class:`spanviz.spans.ScoreTransform`) has a fast
+            an ``attention(q, k, v, attend, mask)`` method (:class:`spanviz.spans.fused.ScoreTransform`) has a fast
             path that keeps the fused forward and applies the same transform in the backward — taken unless a
             hook needs the explicit tensors or attention dropout is on while training. A plain function
             forces the explicit path while gradients are on.

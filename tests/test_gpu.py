@@ -106,13 +106,13 @@ def test_ls_model_flex_and_sdpa_agree_in_a_bf16_training_step(qk_norm):
 # ================================================================================ spans under autocast
 def _spy_projector_dtypes(monkeypatch) -> list[torch.dtype]:
     seen: list[torch.dtype] = []
-    original = spans.SpanProjector.__init__
+    original = spans.core.SpanProjector.__init__
 
     def init(self, X, *args, **kwargs):
         original(self, X, *args, **kwargs)
         seen.append(self.X.dtype)
 
-    monkeypatch.setattr(spans.SpanProjector, "__init__", init)
+    monkeypatch.setattr(spans.core.SpanProjector, "__init__", init)
     return seen
 
 

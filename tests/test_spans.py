@@ -71,7 +71,7 @@ def random_qkv(B, H, T, d, seed, dtype=torch.float64):
     return dS, q, k, v
 
 
-slot_strategy = st.tuples(st.sampled_from(spans.SIDES), st.sampled_from(spans.BASES))
+slot_strategy = st.tuples(st.sampled_from(spans.config.SIDES), st.sampled_from(spans.config.BASES))
 
 
 # ------------------------------------------------------------------------------------ naming
@@ -90,11 +90,11 @@ def test_kv8_block_table_is_documented_naming():
         "Π_K Π_V^⊥ dS Π_V^⊥",
         "Π_K^⊥ Π_V^⊥ dS Π_V^⊥",
     ]
-    assert spans.block_orders("qk4") == [0, 1, 1, 2]
-    assert spans.block_formulas("qkv8")[0] == "Π_Q dS Π_V Π_K"  # first right slot outermost
+    assert spans.config.block_orders("qk4") == [0, 1, 1, 2]
+    assert spans.config.block_formulas("qkv8")[0] == "Π_Q dS Π_V Π_K"  # first right slot outermost
     for n in range(1, 5):
         slots = [("left", "K")] * n
-        assert spans.block_bits(slots) == ref_bits(n)
+        assert spans.config.block_bits(slots) == ref_bits(n)
 
 
 # ------------------------------------------------------------------------- agreement with reference
@@ -116,7 +116,7 @@ def test_matches_float64_reference(B, H, T, d, slots, alphas, seed):
         ref = ref_block(dS, q, k, v, cfg.slots, bits)
         torch.testing.assert_close(blocks[i], ref, atol=1e-8 * scale, rtol=0)
         expected_out += alphas[sum(bits)] * ref
-    for method in spans.METHODS:
+    for method in spans.core.METHODS:
         out = spans.scale_score_grad(dS, q, k, v, cfg, method=method)
         torch.testing.assert_close(out, expected_out, atol=1e-8 * scale, rtol=0)
 
@@ -141,7 +141,7 @@ def test_projector_never_needs_full_rank():
     X = torch.randn(2, 12, 4, generator=g, dtype=torch.float64)
     X[0] = 0.0
     X[1, :, 2] = 0.0
-    P = spans.SpanProjector(X, ridge=0.0)
+    P = spans.core.SpanProjector(X, ridge=0.0)
     torch.testing.assert_close(P.left(M), ref_projector(X) @ M)
     torch.testing.assert_close(P.right(M), M @ ref_projector(X))
     assert P.left(M)[0].abs().max() == 0
@@ -151,17 +151,17 @@ def test_projector_never_needs_full_rank():
 
 @settings(max_examples=25, deadline=None)
 @given(
-    preset=st.sampled_from(spans.PRESETS), ridge=st.sampled_from([0.0, 1e-6, 1e-2, 1.0, 100.0]),
+    preset=st.sampled_from(spans.config.PRESETS), ridge=st.sampled_from([0.0, 1e-6, 1e-2, 1.0, 100.0]),
     T=st.integers(2, 24), d=st.integers(1, 8), seed=st.integers(0, 10_000),
 )
 def test_blocks_sum_to_dS_any_preset_any_ridge(preset, ridge, T, d, seed):
     dS, q, k, v = random_qkv(2, 2, T, d, seed, dtype=torch.float32)
     blocks = spans.decompose(dS, q, k, v, preset, ridge=ridge)
-    assert blocks.shape == (2 ** len(spans.PRESET_SLOTS[preset]),) + dS.shape
+    assert blocks.shape == (2 ** len(spans.config.PRESET_SLOTS[preset]),) + dS.shape
     torch.testing.assert_close(blocks.sum(0), dS, atol=1e-5 * dS.abs().max(), rtol=0)
 
 
-@pytest.mark.parametrize("preset", spans.PRESETS)
+@pytest.mark.parametrize("preset", spans.config.PRESETS)
 def test_block_energies_add_up_to_dS(preset):
     """Each slot splits the matrix it acts on orthogonally, so Σ‖block‖² = ‖dS‖²: the shares sum to 1 —
     although blocks on different branches are not orthogonal to each other."""
@@ -184,7 +184,8 @@ def test_ridge_bias_is_the_under_projection_of_the_ridge():
     for s in ([1.0, 1.0, 1.0, 1.0], [4.0, 3.0, 2.0, 1.0], [50.0, 10.0, 3.0, 0.05]):
         X = basis * torch.tensor(s, dtype=torch.float64)  # singular values s: κ(XᵀX) = (s_max/s_min)²
         kappa = float(spans.gram_condition(X))
-        measured = torch.linalg.matrix_norm(ref_projector(X) - spans.SpanProjector(X).left(torch.eye(64).double()), 2)
+        measured = torch.linalg.matrix_norm(
+            ref_projector(X) - spans.core.SpanProjector(X).left(torch.eye(64).double()), 2)
         bias = float(spans.ridge_bias(X))
         lam = 1e-6 * sum(x * x for x in s) / 4
         assert bias == pytest.approx(lam / (s[-1] ** 2 + lam)) and float(measured) == pytest.approx(bias, rel=1e-6)
@@ -238,7 +239,7 @@ def fused_baseline():
 
 # ------------------------------------------------------------- invariant 1: [1111] = un-hooked gradients
 
-@pytest.mark.parametrize("preset", spans.PRESETS)
+@pytest.mark.parametrize("preset", spans.config.PRESETS)
 def test_1111_equals_unhooked_model(preset, explicit_baseline, fused_baseline):
     model = make_model(SpanConfig(alphas="1111", preset=preset))
     attn = model.blocks[0].attn
@@ -272,9 +273,9 @@ def test_1111_real_computation_equals_unhooked_model(preset, explicit_baseline):
 def test_qk4_closed_form_at_ones_is_exact():
     g = torch.Generator().manual_seed(3)
     grad, x = torch.randn(2, 2, 20, 4, generator=g), torch.randn(2, 2, 20, 4, generator=g)
-    out = spans.scale_qk_grad(grad, x, SpanConfig(alphas="1111", preset="qk4"))  # shortcut: α0 == α1
+    out = spans.core.scale_qk_grad(grad, x, SpanConfig(alphas="1111", preset="qk4"))  # shortcut: α0 == α1
     assert torch.equal(out, grad)
-    near = spans._qk_transform(1.0, 1.0 - 1e-12, 1e-6, grad, x)  # forces the projector path
+    near = spans.core._qk_transform(1.0, 1.0 - 1e-12, 1e-6, grad, x)  # forces the projector path
     torch.testing.assert_close(near, grad, rtol=1e-6, atol=1e-7)
 
 
@@ -290,7 +291,7 @@ def test_projector_is_identity_when_T_le_d():
     for T, d in [(4, 4), (3, 8), (1, 5)]:
         X = torch.randn(2, T, d, dtype=torch.float64)
         torch.testing.assert_close(ref_projector(X), torch.eye(T, dtype=torch.float64).expand(2, T, T))
-        assert spans.SpanProjector(X).identity
+        assert spans.core.SpanProjector(X).identity
 
 
 def test_T_le_d_rank_deficient_X_is_projected_onto_its_span():
@@ -301,13 +302,13 @@ def test_T_le_d_rank_deficient_X_is_projected_onto_its_span():
     X = torch.randn(3, T, d, generator=g, dtype=torch.float64)
     X[0] = 0.0  # K = 0: before the rank check Π was I here (dS unchanged), but 0 for T > d
     X[1] = torch.randn(T, 2, generator=g, dtype=torch.float64) @ torch.randn(2, d, generator=g, dtype=torch.float64)
-    P = spans.SpanProjector(X, ridge=0.0)
+    P = spans.core.SpanProjector(X, ridge=0.0)
     assert not P.identity
     torch.testing.assert_close(P.left(M), ref_projector(X) @ M)
     torch.testing.assert_close(P.right(M), M @ ref_projector(X))
     assert P.left(M)[0].abs().max() == 0
     # the same rank-2 span in float32, as in training, with the default ridge: the span is found
-    low = spans.SpanProjector(X[1:2].float())
+    low = spans.core.SpanProjector(X[1:2].float())
     assert not low.identity
     torch.testing.assert_close(low.left(M[1:2].float()), (ref_projector(X[1:2]) @ M[1:2]).float(), atol=1e-4, rtol=0)
     # K = 0 at T <= d gives the same blocks as at T > d: every part of dS is a violation of the key span
@@ -317,7 +318,7 @@ def test_T_le_d_rank_deficient_X_is_projected_onto_its_span():
         assert out.abs().max() == 0
 
 
-@pytest.mark.parametrize("preset", spans.PRESETS)
+@pytest.mark.parametrize("preset", spans.config.PRESETS)
 def test_T_le_dhead_every_alpha_is_baseline(preset):
     small = dict(context_length=8, d_model=32, n_head=2)  # d_head 16 >= T 8
     batch = tiny_batch(T=8)
@@ -354,9 +355,9 @@ def test_qk4_closed_form_equals_explicit_sum_and_ignores_alpha2(T, d, seed, a, a
     scale = (dS.abs().max() * q.abs().max() * T).item()
     for c in (cfg, cfg2, per_block):
         dS2 = spans.scale_score_grad(dS, q, k, v, c, method="blocks")  # explicit 4-block sum
-        torch.testing.assert_close(spans.scale_qk_grad(dS @ k * s, q, c), dS2 @ k * s, atol=1e-9 * scale, rtol=0)
+        torch.testing.assert_close(spans.core.scale_qk_grad(dS @ k * s, q, c), dS2 @ k * s, atol=1e-9 * scale, rtol=0)
         torch.testing.assert_close(
-            spans.scale_qk_grad(dS.mT @ q * s, k, c, side="k"), dS2.mT @ q * s, atol=1e-9 * scale, rtol=0
+            spans.core.scale_qk_grad(dS.mT @ q * s, k, c, side="k"), dS2.mT @ q * s, atol=1e-9 * scale, rtol=0
         )
 
 
@@ -368,7 +369,7 @@ def test_qk4_alpha2_changes_nothing_in_model():
 
 # ------------------------------------------------------------------------ invariant 5: forward unchanged
 
-@pytest.mark.parametrize("preset", spans.PRESETS)
+@pytest.mark.parametrize("preset", spans.config.PRESETS)
 @pytest.mark.parametrize("alphas", ["1111", "1000", "1100", [0.3, -1.0, 2.0, 0.0]])
 def test_forward_identical_for_every_alpha(preset, alphas, explicit_baseline, fused_baseline):
     logits, loss, _ = grads_of(make_model(SpanConfig(alphas=alphas, preset=preset)), tiny_batch())
@@ -439,7 +440,7 @@ def _definition_attention(q, k, v, cfg, mask):
 
 
 FAST_PATH_CONFIGS = (
-    [SpanConfig(alphas=a, preset=p) for p in spans.PRESETS
+    [SpanConfig(alphas=a, preset=p) for p in spans.config.PRESETS
      for a in (*PAPER_BRACKETS, [0.3, -1.0, 2.0, 0.5], [0, 0, 0, 0], [2, 2, 2, 2])]
     + [SpanConfig(block_alphas=[1, 0.5, 0, 2, 0.1, 0, 1, 3]), SpanConfig(preset="qk4", block_alphas=[1, 0, 0.5, 2])]
     + [SpanConfig(alphas=[0.5, 1, 0.2, 0, 0][: max(4, len(slots) + 1)], slots=slots) for slots in (
@@ -462,12 +463,12 @@ def test_fast_path_gradients_equal_the_definition(cfg, monkeypatch):
     want = torch.autograd.grad(_definition_attention(*ref_in, cfg, mask), ref_in, dO)
     fast_in = [t.clone().requires_grad_() for t in (q, k, v)]
     attend = lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
-    got = torch.autograd.grad(spans.span_attention(*fast_in, cfg, attend, mask), fast_in, dO)
+    got = torch.autograd.grad(spans.fused.span_attention(*fast_in, cfg, attend, mask), fast_in, dO)
     for name, a, b in zip("QKV", got, want):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=lambda m, n=name: f"d{n}: {m}")
 
 
-@pytest.mark.parametrize("side", spans.QK_SIDES)
+@pytest.mark.parametrize("side", spans.core.QK_SIDES)
 def test_qk4_training_hook_equals_the_closed_form_definition(side):
     """What the model installs for qk4 (the fast path's sync-free projector) equals scale_qk_grad."""
     from spanviz.spans import fused
@@ -475,8 +476,8 @@ def test_qk4_training_hook_equals_the_closed_form_definition(side):
     cfg = SpanConfig(alphas=[1.0, 0.3, 0.0, 0.0], preset="qk4")
     g = torch.Generator().manual_seed(4)
     grad, x = (torch.randn(2, 3, 40, 8, generator=g, dtype=torch.float64) for _ in range(2))
-    want = spans.scale_qk_grad(grad, x, cfg, side)
-    _, qk_grad_fn = spans.build_grad_fns(cfg)
+    want = spans.core.scale_qk_grad(grad, x, cfg, side)
+    _, qk_grad_fn = spans.fused.build_grad_fns(cfg)
     torch.testing.assert_close(qk_grad_fn(grad, x, side), want, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(fused.qk_transform(1.0, 0.3, cfg.ridge, grad, torch.zeros_like(x)), 0.3 * grad)  # X = 0
 
@@ -561,15 +562,15 @@ def test_kv8_keeps_76_38_12_percent_of_dQ():
 
 def test_grouped_needs_few_projections():
     dS, q, k, v = random_qkv(1, 1, 12, 3, 0)
-    P = {b: spans.SpanProjector(t) for b, t in zip("QKV", (q, k, v))}
+    P = {b: spans.core.SpanProjector(t) for b, t in zip("QKV", (q, k, v))}
     cfg = SpanConfig(alphas="1000")
     for alphas, most in (("1000", 3), ("1100", 4), ("1110", 4), ([0.5, 2.0, -1.0, 3.0], 4)):
         count = []
         ops = [
             (lambda M, f=f, count=count: (count.append(1), f(M))[1])
-            for f in spans._slot_ops(cfg.slots, P)
+            for f in spans.core._slot_ops(cfg.slots, P)
         ]
-        spans._order_scaled(dS, ops, spans.parse_alphas(alphas))
+        spans.core._order_scaled(dS, ops, spans.config.parse_alphas(alphas))
         assert len(count) <= most, (alphas, len(count))
 
 
@@ -597,19 +598,19 @@ def test_alpha_parsing_and_round_trip():
     assert SpanConfig(alphas=(1, -0.5, 0, 2)).alphas == (1.0, -0.5, 0.0, 2.0)
     assert SpanConfig(alphas="1,0.5,0,0".split(",")).alphas == (1.0, 0.5, 0.0, 0.0)  # as the CLI passes them
     cfg = SpanConfig(alphas="1100", preset="qkv8", layers=[1, 0], ridge=1e-5)
-    assert cfg.layers == (0, 1) and cfg.slots == spans.PRESET_SLOTS["qkv8"]
+    assert cfg.layers == (0, 1) and cfg.slots == spans.config.PRESET_SLOTS["qkv8"]
     d = json.loads(json.dumps(cfg.to_dict()))
     assert SpanConfig(**d) == cfg
     custom = SpanConfig(alphas="1000", slots=[["left", "k"], ["right", "Q"]])
     assert custom.preset == "custom" and SpanConfig(**custom.to_dict()) == custom
     five = SpanConfig(alphas=[1, 0, 0, 0, 0, 0], slots=[("left", "K")] * 5)
-    assert five.n_blocks == 32 and len(spans.block_names(five)) == 32
+    assert five.n_blocks == 32 and len(spans.config.block_names(five)) == 32
     gcfg = GPTConfig(**TINY, spans={"alphas": "1000", "preset": "kv8"})
     assert gcfg.spans == SpanConfig(alphas="1000")
     assert GPTConfig.from_dict(json.loads(json.dumps(gcfg.to_dict()))) == gcfg
-    assert SpanConfig(slots=spans.PRESET_SLOTS["kv8"]) == SpanConfig()  # a preset's slots get its name
-    forced = SpanConfig(preset="custom", slots=spans.PRESET_SLOTS["qk4"])
-    assert forced.preset == "custom" and spans.build_grad_fns(forced)[0] is not None  # explicit score path
+    assert SpanConfig(slots=spans.config.PRESET_SLOTS["kv8"]) == SpanConfig()  # a preset's slots get its name
+    forced = SpanConfig(preset="custom", slots=spans.config.PRESET_SLOTS["qk4"])
+    assert forced.preset == "custom" and spans.fused.build_grad_fns(forced)[0] is not None  # explicit score path
 
 
 @pytest.mark.parametrize(
@@ -628,7 +629,7 @@ def test_alpha_parsing_and_round_trip():
         (dict(slots=[("left", "W")]), "basis"),
         (dict(slots=[]), "slots"),
         (dict(slots="kv8"), "slots"),
-        (dict(preset="qk4", slots=spans.PRESET_SLOTS["kv8"]), "preset"),
+        (dict(preset="qk4", slots=spans.config.PRESET_SLOTS["kv8"]), "preset"),
         (dict(preset="custom"), "slots"),
         (dict(layers=[-1]), "layers"),
         (dict(layers=[]), "layers"),
@@ -647,7 +648,7 @@ def test_bad_inputs_raise():
     with pytest.raises(ValueError, match="spans.layers"):
         GPTConfig(**TINY, spans=SpanConfig(layers=[0, 2]))
     with pytest.raises(ValueError, match="preset"):
-        spans.block_names("kv9")
+        spans.config.block_names("kv9")
     dS, q, k, v = random_qkv(1, 1, 6, 2, 0)
     with pytest.raises(ValueError, match="method"):
         spans.scale_score_grad(dS, q, k, v, method="fast")
@@ -656,7 +657,7 @@ def test_bad_inputs_raise():
     with pytest.raises(ValueError, match="k must"):
         spans.scale_score_grad(dS, q, k[..., :5, :], v)
     with pytest.raises(ValueError, match="qk4"):
-        spans.scale_qk_grad(q, q, SpanConfig())
+        spans.core.scale_qk_grad(q, q, SpanConfig())
     with pytest.raises(ValueError, match="every"):
         spans.SpanProbe(every=0)
     with pytest.raises(ValueError, match="batch"):
@@ -677,10 +678,10 @@ def test_layers_select_where_hooks_go():
 def test_qk4_block_alphas_stay_fused_and_match_the_explicit_path_in_a_model():
     """S2 ≠ S3: the q/k hooks (fused attention) give the same weight gradients as the explicit score path."""
     block_alphas = [1.0, 0.0, 0.5, 9.0]
-    score_fn, qk_fn = spans.build_grad_fns(SpanConfig(preset="qk4", block_alphas=block_alphas))
+    score_fn, qk_fn = spans.fused.build_grad_fns(SpanConfig(preset="qk4", block_alphas=block_alphas))
     assert score_fn is None and qk_fn is not None
     fused = make_model(SpanConfig(preset="qk4", block_alphas=block_alphas, ridge=0.0))
-    explicit = make_model(SpanConfig(preset="custom", slots=spans.PRESET_SLOTS["qk4"], block_alphas=block_alphas,
+    explicit = make_model(SpanConfig(preset="custom", slots=spans.config.PRESET_SLOTS["qk4"], block_alphas=block_alphas,
                                      ridge=0.0))
     explicit.load_state_dict(fused.state_dict())
     batch = tiny_batch()
@@ -693,7 +694,7 @@ def test_qk4_block_alphas_stay_fused_and_match_the_explicit_path_in_a_model():
     g_plain = grads_of(plain, batch)[2]
     assert not torch.allclose(g_fused["blocks.0.attn.W_Q.weight"], g_plain["blocks.0.attn.W_Q.weight"])
     with pytest.raises(ValueError, match="side"):
-        spans.scale_qk_grad(torch.zeros(3, 2), torch.ones(3, 2), SpanConfig(preset="qk4"), side="v")
+        spans.core.scale_qk_grad(torch.zeros(3, 2), torch.ones(3, 2), SpanConfig(preset="qk4"), side="v")
 
 
 # ---------------------------------------------------------------------------------- diagnostics
@@ -713,7 +714,7 @@ def test_score_grad_blocks_and_state_restored():
     assert all(b.attn.score_grad_fn is not None for b in model.blocks)
     H, T = TINY["n_head"], TINY["context_length"]
     for c, rep in zip(captures, reports):
-        assert rep.names == spans.block_names("kv8") and rep.orders == spans.block_orders("kv8")
+        assert rep.names == spans.config.block_names("kv8") and rep.orders == spans.config.block_orders("kv8")
         assert rep.blocks.shape == (8, H, T, T) and rep.norms.shape == (8, H)
         torch.testing.assert_close(rep.blocks.sum(0), c.dS[1], atol=1e-6 * c.dS.abs().max(), rtol=0)
         torch.testing.assert_close(rep.order_share.sum(0), torch.ones(H))

@@ -16,7 +16,8 @@ import tyro
 from spanviz import data as data_lib
 from spanviz.bench import SECTIONS as BENCH_SECTIONS
 from spanviz.model import ATTN_BACKENDS, GPTConfig
-from spanviz.spans import PRESETS, SpanConfig
+from spanviz.spans import SpanConfig
+from spanviz.spans.config import PRESETS
 from spanviz.train import DTYPES, TrainConfig
 
 SWEEP_MODULES = {"spans": "spanviz.experiments.spans", "ls": "spanviz.experiments.ls",

@@ -1,6 +1,6 @@
 """Span scaling settings: presets and slots, the paper's α brackets ("[1000]"), :class:`SpanConfig`, the
-names of the blocks (S1..S2ⁿ) and the argument checks. The mathematics that uses them is in
-:mod:`spanviz.spans.core`.
+names of the blocks (S1..S2ⁿ) and the reading of a preset / slot list / ridge argument. The mathematics that
+uses them is in :mod:`spanviz.spans.core`.
 
 * **Presets** (names are spanviz's): ``kv8`` (default) slots [left Π_K, left Π_V, right Π_V], blocks
   Π_K^a Π_V^b · dS · Π_V^c, mirroring S = Σ (Π_K^a Π_V^b Q)(Π_V^c K)ᵀ/√d; ``qkv8`` slots [left Π_Q,
@@ -25,8 +25,6 @@ import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-from torch import Tensor
 
 from spanviz.validators import check_choice, check_float
 
@@ -117,21 +115,10 @@ def _parse_slots(slots: Any) -> tuple[Slot, ...]:
     return tuple(out)
 
 
-def _check_qkv(dS: Tensor, q: Tensor, k: Tensor, v: Tensor) -> None:
-    """Raise ``ValueError`` unless dS is (..., T, T) and q, k, v are (..., T, d_head) with dS's leading dims."""
-    for name, t in (("dS", dS), ("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, Tensor) or t.dim() < 2:
-            raise ValueError(f"{name} must be a tensor with at least 2 dims (..., T, ·), got {type(t).__name__}")
-    T = dS.shape[-1]
-    if dS.shape[-2] != T:
-        raise ValueError(f"dS must have shape (..., T, T), got {tuple(dS.shape)}")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.shape[:-1] != dS.shape[:-1]:
-            raise ValueError(f"{name} must have shape {tuple(dS.shape[:-1])} + (d_head,), got {tuple(t.shape)}")
+def resolve_ridge(decomposition: Any, ridge: float | None) -> float:
+    """``ridge`` checked (ε >= 0), or when None the SpanConfig's ridge, else :data:`DEFAULT_RIDGE`.
 
-
-def _resolve_ridge(decomposition: Any, ridge: float | None) -> float:
-    """``ridge`` checked (ε >= 0), or when None the SpanConfig's ridge, else :data:`DEFAULT_RIDGE`."""
+    Raises: ValueError for a negative or non-finite ridge. Source: spanviz."""
     if ridge is None:
         return decomposition.ridge if isinstance(decomposition, SpanConfig) else DEFAULT_RIDGE
     return check_float("ridge", ridge, 0.0)
@@ -206,7 +193,7 @@ class SpanConfig:
             if not layers:
                 raise ValueError("layers must be None (every layer) or a non-empty list, got []")
             object.__setattr__(self, "layers", layers)
-        object.__setattr__(self, "ridge", _resolve_ridge(None, self.ridge))
+        object.__setattr__(self, "ridge", resolve_ridge(None, self.ridge))
 
     @property
     def n_slots(self) -> int:
@@ -257,8 +244,9 @@ class SpanConfig:
 
 # ------------------------------------------------------------------------------------------- naming
 
-def _resolve_slots(decomposition: str | SpanConfig | Sequence[Slot]) -> tuple[Slot, ...]:
-    """The slots of a preset name, a :class:`SpanConfig` or a slot list."""
+def resolve_slots(decomposition: str | SpanConfig | Sequence[Slot]) -> tuple[Slot, ...]:
+    """The slots of a preset name, a :class:`SpanConfig` or a slot list (checked, normalised as in
+    :class:`SpanConfig`). Raises: ValueError for an unknown preset or a bad slot list. Source: spanviz."""
     if isinstance(decomposition, SpanConfig):
         return decomposition.slots
     if isinstance(decomposition, str):
@@ -272,7 +260,7 @@ def block_bits(decomposition: str | SpanConfig | Sequence[Slot] = "kv8") -> list
     The order: by number of ⊥ (the block's order), then by which slots carry ⊥, earlier slots first.
     Source: spanviz's naming convention.
     """
-    n = len(_resolve_slots(decomposition))
+    n = len(resolve_slots(decomposition))
     return sorted(itertools.product((0, 1), repeat=n), key=lambda bits: (sum(bits), [-b for b in bits]))
 
 
@@ -288,7 +276,7 @@ def block_orders(decomposition: str | SpanConfig | Sequence[Slot] = "kv8") -> li
 
 def block_formulas(decomposition: str | SpanConfig | Sequence[Slot] = "kv8") -> list[str]:
     """Each block written out, S1 first, e.g. kv8 S2 → "Π_K^⊥ Π_V dS Π_V"."""
-    slots = _resolve_slots(decomposition)
+    slots = resolve_slots(decomposition)
     out = []
     for bits in block_bits(slots):
         factor = [f"Π_{basis}" + ("^⊥" if bit else "") for (_, basis), bit in zip(slots, bits)]

@@ -11,7 +11,7 @@ dS = ∂L/∂S ∈ R^{T×T}.
   of X (a d-dimensional subspace of R^T); Π_X^⊥ = I − Π_X. Only the d×d Gram XᵀX is inverted and no T×T
   matrix is formed: with X⁺ = (XᵀX + λI)⁻¹Xᵀ (d×T, by Cholesky), Π_X M = X (X⁺ M) and M Π_X = (M X) X⁺.
   Ridge λ = ε·tr(XᵀX)/d (ε = ``ridge``, default 1e-6); pinv fallback when Cholesky fails. The ridge
-  under-projects by at most ε·κ(XᵀX) (:func:`~spanviz.spans.diagnostics.ridge_bias`, which ``SpanProbe``
+  under-projects by at most ε·κ(XᵀX) (:func:`~spanviz.spans.probe.ridge_bias`, which ``SpanProbe``
   reports with κ). If T ≤ d and X has rank T, Π_X = I exactly and Π_X^⊥ = 0: nothing to scale. If T ≤ d but
   rank(X) < T (e.g. K = 0, or ``qk_rank`` < T ≤ d_head for q), Π_X projects onto the smaller span.
 * **Slot**: (side, basis) with side ∈ {left, right}, basis ∈ {Q, K, V}; it inserts I = Π + Π^⊥ on that
@@ -26,8 +26,11 @@ dS = ∂L/∂S ∈ R^{T×T}.
   ``qkv8`` Π_Q^a · dS · Π_V^c Π_K^b, ``qk4`` Π_Q^a · dS · Π_K^b (its closed form: :func:`scale_qk_grad`).
   Blocks are named S1..S2ⁿ by order (:func:`~spanviz.spans.config.block_names`).
 
-Read top to bottom: the projector, the blocks, the α scaling, the qk4 closed form. How the model calls them:
-:mod:`spanviz.spans.hooks`.
+Read top to bottom: the projector; the blocks (:func:`decompose`); the α scaling by its definition — form the
+2ⁿ blocks, weight, sum (the reference every faster path is tested against); then, labelled, the **fast path** of
+the same sum that :func:`scale_score_grad` runs by default (per-order sums, no block formed); the qk4 closed
+form. The fused attention the model trains with, and the transforms the model installs
+(:func:`~spanviz.spans.fused.build_grad_fns`): :mod:`spanviz.spans.fused`.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import torch
 from torch import Tensor
 
-from spanviz.spans.config import DEFAULT_RIDGE, Slot, SpanConfig, _check_qkv, block_bits
+from spanviz.spans.config import DEFAULT_RIDGE, Slot, SpanConfig, block_bits, resolve_ridge, resolve_slots
 from spanviz.validators import check_choice
 
 logger = logging.getLogger(__name__)
@@ -47,14 +50,29 @@ METHODS = ("grouped", "blocks")
 QK_SIDES = ("q", "k")
 
 
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """float32, or float64 when the input is float64 (half/bfloat16 are computed in float32)."""
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float32, or float64 when the input is float64 (half/bfloat16 are computed in float32): the precision of
+    every projection here and in :mod:`spanviz.spans.fused`."""
     return torch.promote_types(dtype, torch.float32)
 
 
-def _no_autocast(device: torch.device) -> torch.autocast:
+def no_autocast(device: torch.device) -> torch.autocast:
     """Autocast off (it would run the matmuls in bf16 under a bf16 autocast region)."""
     return torch.autocast(device_type=device.type, enabled=False)
+
+
+def _check_qkv(dS: Tensor, q: Tensor, k: Tensor, v: Tensor) -> None:
+    """Raise ``ValueError`` unless dS is (..., T, T) and q, k, v are (..., T, d_head) with dS's leading dims."""
+    for name, t in (("dS", dS), ("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Tensor) or t.dim() < 2:
+            raise ValueError(f"{name} must be a tensor with at least 2 dims (..., T, ·), got {type(t).__name__}")
+    T = dS.shape[-1]
+    if dS.shape[-2] != T:
+        raise ValueError(f"dS must have shape (..., T, T), got {tuple(dS.shape)}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.shape[:-1] != dS.shape[:-1]:
+            raise ValueError(f"{name} must have shape {tuple(dS.shape[:-1])} + (d_head,), got {tuple(t.shape)}")
+
 
 
 # ---------------------------------------------------------------------------------------- projector
@@ -75,7 +93,7 @@ class SpanProjector:
         pinv: X⁺ = (XᵀX + λI)⁻¹ Xᵀ, (..., d, T); None when ``identity``. Computed by Cholesky; batch
             elements whose Cholesky fails use ``torch.linalg.pinv(X)`` instead (logged at debug level).
             The ridge under-projects by at most λ/(s_min² + λ) ≤ ε·κ(XᵀX)
-            (see :func:`~spanviz.spans.diagnostics.ridge_bias`).
+            (see :func:`~spanviz.spans.probe.ridge_bias`).
 
     ``left(M)`` = Π_X M for M (..., T, m); ``right(M)`` = M Π_X for M (..., m, T). Each costs two matmuls,
     O(T·m·d). Source: spanviz reconstruction of the paper's "d×d Gram inverse" projectors.
@@ -85,7 +103,7 @@ class SpanProjector:
         X = X.detach()
         # One contiguous copy: q, k, v are (B, T, H, d) memory seen as (B, H, T, d), and every batched
         # matmul would otherwise copy them again.
-        self.X = X.to(dtype or _compute_dtype(X.dtype)).contiguous()  # (..., T, d)
+        self.X = X.to(dtype or compute_dtype(X.dtype)).contiguous()  # (..., T, d)
         T, d = X.shape[-2], X.shape[-1]
         # T <= d: the span is all of R^T only if X has full row rank (K = 0 or a low-rank q has a smaller span)
         self.identity = T <= d and bool((torch.linalg.matrix_rank(self.X) == T).all())
@@ -102,7 +120,7 @@ class SpanProjector:
         return M if self.identity else (M @ self.X) @ self.pinv
 
 
-def _ridge_gram(X: Tensor, ridge: float) -> Tensor:
+def ridge_gram(X: Tensor, ridge: float) -> Tensor:
     """XᵀX + λI with λ = ridge·tr(XᵀX)/d; X (..., T, d) → (..., d, d)."""
     gram = X.transpose(-2, -1) @ X  # (..., d, d)
     d = gram.shape[-1]
@@ -116,7 +134,7 @@ def _ridge_pinv(X: Tensor, ridge: float) -> Tensor:
     """(XᵀX + λI)⁻¹ Xᵀ with λ = ridge·tr(XᵀX)/d; X (..., T, d) → (..., d, T)."""
     Xt = X.transpose(-2, -1)  # (..., d, T), a view: matmul and the solves take it without a copy
     # XᵀX + λI = L Lᵀ
-    chol, info = torch.linalg.cholesky_ex(_ridge_gram(X, ridge))  # (..., d, d), (...,)
+    chol, info = torch.linalg.cholesky_ex(ridge_gram(X, ridge))  # (..., d, d), (...,)
     # (L Lᵀ)⁻¹ Xᵀ = L⁻ᵀ (L⁻¹ Xᵀ): two triangular solves — what cholesky_solve does (bit for bit on CPU), but
     # 3.5× faster on an H100 at (B 8, H 4, T 1024, d 64), where batched cholesky_solve took 0.50 ms.
     pinv = torch.linalg.solve_triangular(chol.mT, torch.linalg.solve_triangular(chol, Xt, upper=False), upper=True)
@@ -146,17 +164,48 @@ def _all_blocks(dS: Tensor, ops: Sequence[Callable[[Tensor], Tensor]]) -> dict[t
     """Every block, keyed by its bits. Slots are applied innermost first (the last slot in the list);
     each projection splits a tensor M into (Π-part, M − Π-part). 2ⁿ − 1 projections in all."""
     blocks: dict[tuple[int, ...], Tensor] = {(): dS}
-    for op in reversed(ops):
+    for op in reversed(ops):  # slot i = n, n − 1, …, 1: the last slot in the list is the innermost factor
         split: dict[tuple[int, ...], Tensor] = {}
-        for bits, M in blocks.items():
+        for bits, M in blocks.items():  # M = F_{i+1} ⋯ F_n applied to dS, one block of the inner slots
+            # Π_i M: Π M for a left slot, M Π for a right slot
             par = op(M)
-            # M = Π M + (M − Π M): the complement by subtraction, so the blocks sum to dS whatever the ridge
+            # M = Π_i M + Π_i^⊥ M with Π_i^⊥ M = M − Π_i M (by subtraction, so the blocks sum to dS whatever the
+            # ridge); bit 0 = Π, bit 1 = Π^⊥, put in front because slot i is outside the slots already applied
             split[(0,) + bits], split[(1,) + bits] = par, M - par
         blocks = split
+    # 2ⁿ blocks, keyed by bits (b_1 … b_n); the order of a block is Σ b_i, its number of Π^⊥ factors
     return blocks
 
 
-# ------------------------------------------------------------------------------------------ α scaling
+def decompose(
+    dS: Tensor, q: Tensor, k: Tensor, v: Tensor,
+    decomposition: str | SpanConfig | Sequence[Slot] = "kv8", *, ridge: float | None = None,
+) -> Tensor:
+    """All 2ⁿ blocks of the score gradient, stacked in S1..S2ⁿ order.
+
+    Args:
+        dS: ∂L/∂S of the pre-mask scores, (..., T, T), e.g. (B, H, T, T).
+        q, k, v: (..., T, d_head), treated as constants (detached).
+        decomposition: preset name, slot list or :class:`SpanConfig`.
+        ridge: ε of the Gram ridge; None = the SpanConfig's, else 1e-6.
+    Returns:
+        (2ⁿ, ..., T, T) in dS's dtype (computed in float32 or float64); ``out.sum(0)`` equals dS up to
+        rounding (the complements are M − ΠM).
+    Raises:
+        ValueError: bad shapes, preset or slots.
+    Source: spanviz reconstruction (module docstring).
+    """
+    slots = resolve_slots(decomposition)
+    ridge = resolve_ridge(decomposition, ridge)
+    _check_qkv(dS, q, k, v)
+    with torch.no_grad(), no_autocast(dS.device):
+        dS32 = dS.detach().to(compute_dtype(dS.dtype))
+        blocks = _all_blocks(dS32, _slot_ops(slots, _projectors(slots, q, k, v, ridge, dS32.dtype)))
+        return torch.stack([blocks[b] for b in block_bits(slots)]).to(dS.dtype)  # (2ⁿ, ..., T, T)
+
+
+
+# ------------------------------------------------------------------------------ α scaling: the definition
 
 def _weighted_sum(terms: Iterable[tuple[float, Tensor | None]]) -> Tensor | None:
     """Σ c·M over terms, skipping zero coefficients and dropped (None) tensors; None if nothing is left."""
@@ -164,46 +213,10 @@ def _weighted_sum(terms: Iterable[tuple[float, Tensor | None]]) -> Tensor | None
     for c, M in terms:
         if M is None or c == 0:
             continue
+        # out ← out + c·M (no multiply for c = 1)
         term = M if c == 1 else c * M
         out = term if out is None else out + term
     return out
-
-
-def _order_scaled(dS: Tensor, ops: Sequence[Callable[[Tensor], Tensor]], alphas: Sequence[float]) -> Tensor:
-    """Σ_blocks α_order(block)·block, without forming the 2ⁿ blocks.
-
-    Blocks of equal order share α, so we only track, for the slots applied so far (innermost first),
-    ``parts[j]`` = the sum of the blocks with j ⊥ factors. A slot maps parts[j] to Π parts[j] (stays j) and
-    parts[j] − Π parts[j] (becomes j + 1). The outermost slot is folded into the final sum:
-        Σ_j α_j Π P_j + α_{j+1} (P_j − Π P_j) = Σ_j α_{j+1} P_j + Π (Σ_j (α_j − α_{j+1}) P_j),
-    one projection instead of one per part. A part that can only end in orders whose α is 0 is dropped.
-    Projections for 3 slots: at most 1 + 2 + 1 = 4 (7 for the explicit blocks); [1000] needs 3.
-    """
-    n = len(ops)
-    alphas = list(alphas[: n + 1])
-    if all(a == alphas[0] for a in alphas):  # every block has the same α, and the blocks sum to dS
-        return dS if alphas[0] == 1 else alphas[0] * dS
-    parts: list[Tensor | None] = [dS]
-    for step, op in enumerate(reversed(ops[1:])):
-        remaining = n - 1 - step  # slots still to apply after this one, the outermost included
-        # A part with j ⊥ so far ends in orders j .. j + remaining: needed unless all those α are 0.
-        needed = [any(alphas[j : j + remaining + 1]) for j in range(len(parts) + 1)]
-        new: list[Tensor | None] = [None] * (len(parts) + 1)
-        for j, M in enumerate(parts):
-            if M is None:
-                continue
-            par = op(M)
-            if needed[j]:
-                new[j] = par if new[j] is None else new[j] + par
-            if needed[j + 1]:
-                new[j + 1] = M - par
-        parts = new
-    outer = ops[0]
-    # dS' = Σ_j α_{j+1} P_j + Π_outer (Σ_j (α_j − α_{j+1}) P_j)
-    kept = _weighted_sum((alphas[j + 1], M) for j, M in enumerate(parts))
-    diff = _weighted_sum((alphas[j] - alphas[j + 1], M) for j, M in enumerate(parts))
-    out = _weighted_sum([(1, kept), (1, None if diff is None else outer(diff))])
-    return torch.zeros_like(dS) if out is None else out
 
 
 def scale_score_grad(
@@ -217,9 +230,9 @@ def scale_score_grad(
         cfg: the setting (slots, α, ridge); None = ``SpanConfig()`` (kv8, all α = 1). Its ``layers`` are
             ignored here. For ``qk4`` this is the explicit 4-block sum (the definition the closed form in
             :func:`scale_qk_grad` reproduces).
-        method: "grouped" (default; per-order α without forming the blocks, see ``_order_scaled``; returns
-            α0·dS at once when all α are equal) or "blocks" (forms all 2ⁿ blocks and sums them — the
-            readable reference). ``block_alphas`` always use "blocks".
+        method: "grouped" (default: the fast path, per-order α without forming the blocks, see
+            ``_order_scaled``; returns α0·dS at once when all α are equal) or "blocks" (the definition: forms
+            all 2ⁿ blocks and sums them — the readable reference). ``block_alphas`` always use "blocks".
     Returns:
         dS' with dS's shape and dtype (computed in float32, or float64 for float64 input).
     Raises:
@@ -235,25 +248,73 @@ def scale_score_grad(
 
 
 def _score_transform(cfg: SpanConfig, method: str, dS: Tensor, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """The unchecked body of :func:`scale_score_grad` (also the backward hook)."""
-    with torch.no_grad(), _no_autocast(dS.device):
-        dS32 = dS.to(_compute_dtype(dS.dtype)).contiguous()  # (..., T, T)
+    """The unchecked body of :func:`scale_score_grad`."""
+    with torch.no_grad(), no_autocast(dS.device):
+        dS32 = dS.to(compute_dtype(dS.dtype)).contiguous()  # (..., T, T)
         ops = _slot_ops(cfg.slots, _projectors(cfg.slots, q, k, v, cfg.ridge, dS32.dtype))
-        if method == "grouped" and cfg.block_alphas is None:
-            # dS' = Σ_o α_o · (Σ of the blocks of order o)
-            out = _order_scaled(dS32, ops, cfg.alphas)
-        else:
-            # dS' = Σ_i α_i · S_i, the 2ⁿ blocks formed one by one
+        if method == "blocks" or cfg.block_alphas is not None:
+            # The definition: dS' = Σ_i α_i · S_i over the 2ⁿ blocks S_i, formed one by one
             blocks = _all_blocks(dS32, ops)
             out = _weighted_sum((w, blocks[b]) for w, b in zip(cfg.block_weights(), block_bits(cfg.slots)))
             out = torch.zeros_like(dS32) if out is None else out
+        else:
+            # The fast path: dS' = Σ_o α_o · D_o, D_o = Σ of the blocks of order o, without forming any block
+            out = _order_scaled(dS32, ops, cfg.alphas)
         return out.to(dS.dtype)
+
+
+# ------------------------------------------------------------------------------ α scaling: the fast path
+#
+# The same dS' as the definition above, by the default method "grouped": blocks of one order share α, so only
+# the per-order sums are carried along the slots and no block is formed. Tested equal to the definition.
+
+def _order_scaled(dS: Tensor, ops: Sequence[Callable[[Tensor], Tensor]], alphas: Sequence[float]) -> Tensor:
+    """Σ_blocks α_order(block)·block, without forming the 2ⁿ blocks.
+
+    Blocks of equal order share α, so we only track, for the slots applied so far (innermost first),
+    ``parts[j]`` = the sum of the blocks with j ⊥ factors. A slot maps parts[j] to Π parts[j] (stays j) and
+    parts[j] − Π parts[j] (becomes j + 1). The outermost slot is folded into the final sum:
+        Σ_j α_j Π P_j + α_{j+1} (P_j − Π P_j) = Σ_j α_{j+1} P_j + Π (Σ_j (α_j − α_{j+1}) P_j),
+    one projection instead of one per part. A part that can only end in orders whose α is 0 is dropped.
+    Projections for 3 slots: at most 1 + 2 + 1 = 4 (7 for the explicit blocks); [1000] needs 3.
+    """
+    n = len(ops)
+    alphas = list(alphas[: n + 1])
+    if all(a == alphas[0] for a in alphas):  # every block has the same α, and the blocks sum to dS
+        # dS' = α_0 Σ_blocks S_i = α_0 dS
+        return dS if alphas[0] == 1 else alphas[0] * dS
+    # P_0 = dS before any slot (0 ⊥ factors)
+    parts: list[Tensor | None] = [dS]
+    for step, op in enumerate(reversed(ops[1:])):  # slots n, n − 1, …, 2, innermost first; slot 1 is folded below
+        remaining = n - 1 - step  # slots still to apply after this one, the outermost included
+        # A part with j ⊥ so far ends in orders j .. j + remaining: needed unless all those α are 0.
+        needed = [any(alphas[j : j + remaining + 1]) for j in range(len(parts) + 1)]
+        new: list[Tensor | None] = [None] * (len(parts) + 1)
+        for j, M in enumerate(parts):  # M = P_j, the sum of the blocks so far with j ⊥ factors
+            if M is None:
+                continue
+            # Π P_j (Π M for a left slot, M Π for a right one)
+            par = op(M)
+            if needed[j]:
+                # P'_j = Π P_j + Π^⊥ P_{j−1}: the Π half keeps j ⊥ factors (Π^⊥ P_{j−1} was set at step j − 1)
+                new[j] = par if new[j] is None else new[j] + par
+            if needed[j + 1]:
+                # P'_{j+1} starts with Π^⊥ P_j = P_j − Π P_j, one ⊥ factor more
+                new[j + 1] = M - par
+        parts = new
+    outer = ops[0]
+    # dS' = Σ_j α_{j+1} P_j + Π_outer (Σ_j (α_j − α_{j+1}) P_j)
+    kept = _weighted_sum((alphas[j + 1], M) for j, M in enumerate(parts))
+    diff = _weighted_sum((alphas[j] - alphas[j + 1], M) for j, M in enumerate(parts))
+    out = _weighted_sum([(1, kept), (1, None if diff is None else outer(diff))])
+    return torch.zeros_like(dS) if out is None else out
 
 
 # ---------------------------------------------------------------------------------- qk4 closed form
 
-def _qk4_alphas(cfg: SpanConfig, side: str) -> tuple[float, float]:
-    """(α on Π_X, α on Π_X^⊥) of the qk4 closed form for ∂L/∂q (side "q") or ∂L/∂k (side "k").
+def qk4_alphas(cfg: SpanConfig, side: str) -> tuple[float, float]:
+    """(α on Π_X, α on Π_X^⊥) of the qk4 closed form for ∂L/∂q (side "q") or ∂L/∂k (side "k"); unchecked (cfg
+    a qk4 SpanConfig, side in :data:`QK_SIDES`), shared with the training hook of :mod:`spanviz.spans.fused`.
 
     dQ = dS' K/√d: Π_K^⊥ K = 0 removes the blocks with Π_K^⊥ (S3, S4), leaving S1 (α on Π_Q) and S2
     (α on Π_Q^⊥). dK = dS'ᵀ Q/√d: Π_Q^⊥ Q = 0 removes S2 and S4, leaving S1 and S3 (α on Π_K^⊥).
@@ -289,7 +350,7 @@ def scale_qk_grad(grad: Tensor, x: Tensor, cfg: SpanConfig, side: str = "q") -> 
     if not isinstance(grad, Tensor) or not isinstance(x, Tensor) or grad.shape != x.shape or grad.dim() < 2:
         raise ValueError(f"grad and x must be tensors of the same shape (..., T, d_head), got "
                          f"{getattr(grad, 'shape', grad)!r} and {getattr(x, 'shape', x)!r}")
-    alpha_par, alpha_perp = _qk4_alphas(cfg, side)
+    alpha_par, alpha_perp = qk4_alphas(cfg, side)
     return _qk_transform(alpha_par, alpha_perp, cfg.ridge, grad, x)
 
 
@@ -297,8 +358,8 @@ def _qk_transform(alpha_par: float, alpha_perp: float, ridge: float, grad: Tenso
     """α_par Π_X g + α_perp (g − Π_X g) = α_perp g + (α_par − α_perp) Π_X g; unchecked (the hook body)."""
     if alpha_par == alpha_perp:
         return grad if alpha_par == 1 else alpha_par * grad
-    with torch.no_grad(), _no_autocast(grad.device):
-        g = grad.to(_compute_dtype(grad.dtype)).contiguous()  # (..., T, d_head)
+    with torch.no_grad(), no_autocast(grad.device):
+        g = grad.to(compute_dtype(grad.dtype)).contiguous()  # (..., T, d_head)
         # g' = α_perp g + (α_par − α_perp) Π_X g
         out = alpha_perp * g + (alpha_par - alpha_perp) * SpanProjector(x, ridge, g.dtype).left(g)
         return out.to(grad.dtype)

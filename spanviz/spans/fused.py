@@ -33,6 +33,15 @@ Precision: every product and the softmax in float32 (float64 for float64 input),
 gradients are returned in the inputs' dtype. No host synchronisation in the backward on any device for T > d
 (:func:`_projector` needs no Cholesky fallback).
 
+**What the model installs** (:func:`build_grad_fns`, end of this file): :mod:`spanviz.model` registers the score
+transform on the gradient of the **pre-mask** scores S; the mask is additive (S + M, M = 0 / −inf), so the
+softmax backward already gives dS = 0 on masked entries and nothing downstream re-masks dS'. (A hook placed after
+a ``masked_fill`` would see a gradient that the masked-fill backward then re-zeroes — a different, wrong result.)
+The transform has two forms that give the same gradients (tested for every preset and α): called on dS it is
+:mod:`spanviz.spans.core`'s :func:`~spanviz.spans.core.scale_score_grad` (the explicit path, where probes and
+hooks see S and P); its ``attention`` method is this file's :func:`span_attention`. The model takes the fast path
+whenever it can (no hook on the scores or pattern, no attention dropout while training, backend not "explicit").
+
 Source: spanviz (the recomputation is flash attention's backward; the grouping is linear algebra on
 :mod:`spanviz.spans.core`'s definition).
 """
@@ -46,7 +55,9 @@ import torch
 from torch import Tensor
 
 from spanviz.spans.config import SpanConfig, block_bits
-from spanviz.spans.core import SpanProjector, _compute_dtype, _no_autocast, _ridge_gram
+from spanviz.spans.core import (
+    QK_SIDES, SpanProjector, compute_dtype, no_autocast, qk4_alphas, ridge_gram, scale_score_grad,
+)
 
 Attend = Callable[[Tensor, Tensor, Tensor], Tensor]
 """``attend(q, k, v) -> y``: the model's fused attention, (B, H, T, d_head) → (B, H, T, d_v)."""
@@ -76,7 +87,7 @@ def _projector(X: Tensor, ridge: float) -> Callable[[Tensor], Tensor]:
     if T <= d:
         return SpanProjector(X, ridge, X.dtype).left
     wide = torch.float32 if X.device.type == "mps" else torch.float64
-    gram = _ridge_gram(X, ridge).to(wide)  # (..., d, d)
+    gram = ridge_gram(X, ridge).to(wide)  # (..., d, d)
     gram.diagonal(dim1=-2, dim2=-1).add_(torch.finfo(wide).tiny ** 0.5)  # X = 0: G = floor·I, Π M = 0
     chol = torch.linalg.cholesky_ex(gram)[0]  # G = L Lᵀ
     eye = torch.eye(d, dtype=wide, device=X.device)
@@ -251,8 +262,8 @@ class _SpanAttention(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         q, k, v, y = ctx.saved_tensors
-        dtype = _compute_dtype(q.dtype)
-        with torch.no_grad(), _no_autocast(q.device):
+        dtype = compute_dtype(q.dtype)
+        with torch.no_grad(), no_autocast(q.device):
             q32, k32, v32, y32, dy32 = (t.to(dtype).contiguous() for t in (q, k, v, y, dy))
             Y, Z, finish = _plan(ctx.cfg, q32, k32, v32)
             GQ, GK, dV = _score_products(q32, k32, v32, y32, dy32, ctx.mask.to(dtype), Y, Z,
@@ -263,13 +274,13 @@ class _SpanAttention(torch.autograd.Function):
 
 
 def qk_transform(alpha_par: float, alpha_perp: float, ridge: float, grad: Tensor, x: Tensor) -> Tensor:
-    """qk4's closed form g' = α_par Π_X g + α_perp Π_X^⊥ g (:func:`spanviz.spans.scale_qk_grad`) with this file's
-    projector: the hook the model trains with, free of host synchronisation (for T > d_head). grad, x
+    """qk4's closed form g' = α_par Π_X g + α_perp Π_X^⊥ g (:func:`~spanviz.spans.core.scale_qk_grad`) with this
+    file's projector: the hook the model trains with, free of host synchronisation (for T > d_head). grad, x
     (..., T, d_head); computed in float32 (float64 for float64 input), returned in grad's dtype."""
     if alpha_par == alpha_perp:
         return grad if alpha_par == 1 else alpha_par * grad
-    with torch.no_grad(), _no_autocast(grad.device):
-        g = grad.to(_compute_dtype(grad.dtype)).contiguous()  # (..., T, d_head)
+    with torch.no_grad(), no_autocast(grad.device):
+        g = grad.to(compute_dtype(grad.dtype)).contiguous()  # (..., T, d_head)
         # g' = α_perp g + (α_par − α_perp) Π_X g
         out = alpha_perp * g + (alpha_par - alpha_perp) * _projector(x.detach().to(g.dtype).contiguous(), ridge)(g)
         return out.to(grad.dtype)
@@ -299,7 +310,7 @@ def span_attention(q: Tensor, k: Tensor, v: Tensor, cfg: SpanConfig, attend: Att
         mask: the additive mask of ``attend`` (0 / −inf), (H, T, T) or (T, T), causal (−inf above the diagonal).
     Returns:
         y (B, H, T, d_v). Its backward gives dV as plain attention and dQ = dS' K/√d, dK = dS'ᵀ Q/√d with
-        dS' = :func:`spanviz.spans.scale_score_grad`'s transform of ∂L/∂S (equal to it to fp32 rounding, tested).
+        dS' = :func:`~spanviz.spans.core.scale_score_grad`'s transform of ∂L/∂S (equal to it to fp32 rounding, tested).
     Source: spanviz (see the module docstring).
     """
     weights = set(cfg.block_weights())
@@ -309,3 +320,62 @@ def span_attention(q: Tensor, k: Tensor, v: Tensor, cfg: SpanConfig, attend: Att
             q, k = _ScaleGrad.apply(q, a), _ScaleGrad.apply(k, a)
         return attend(q, k, v)
     return _SpanAttention.apply(q, k, v, cfg, attend, mask)
+
+
+# ------------------------------------------------------------------------------ what the model installs
+
+ScoreGradFn = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
+"""``fn(dS, q, k, v) -> dS'``: dS (B, H, T, T) the gradient of the pre-mask scores, q, k, v (B, H, T, d_head)."""
+QKGradFn = Callable[[Tensor, Tensor, str], Tensor]
+"""``fn(grad, x, side) -> grad'``: ∂L/∂q (side "q", x = q) or ∂L/∂k (side "k", x = k), (B, H, T, d_head)."""
+
+
+class ScoreTransform:
+    """The score-gradient transform of one :class:`SpanConfig`, in its two forms.
+
+    ``transform(dS, q, k, v) -> dS'``: the definition (:func:`~spanviz.spans.core.scale_score_grad`, grouped), a
+    :data:`ScoreGradFn` for the gradient hook on the explicit scores. ``transform.attention(q, k, v, attend,
+    mask) -> y``: the fast path (:func:`span_attention`).
+    """
+
+    def __init__(self, cfg: SpanConfig) -> None:
+        self.cfg = cfg
+
+    def __call__(self, dS: Tensor, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        return scale_score_grad(dS, q, k, v, self.cfg)
+
+    def attention(self, q: Tensor, k: Tensor, v: Tensor, attend: Attend, mask: Tensor) -> Tensor:
+        return span_attention(q, k, v, self.cfg, attend, mask)
+
+    def __repr__(self) -> str:
+        return f"ScoreTransform({self.cfg.label()})"
+
+
+def build_grad_fns(cfg: SpanConfig) -> tuple[ScoreGradFn | None, QKGradFn | None]:
+    """The backward transforms :meth:`spanviz.model.TinyGPT.set_span_scaling` installs on a layer.
+
+    Returns:
+        (score_grad_fn, None) for kv8, qkv8 and custom slots: a :class:`ScoreTransform`,
+        ``score_grad_fn(dS, q, k, v) -> dS'`` with dS (B, H, T, T) the gradient of the pre-mask scores and q, k,
+        v (B, H, T, d_head) detached, whose ``attention`` method is the fast path the model trains with.
+        (None, qk_grad_fn) for qk4: ``qk_grad_fn(grad, x, side) -> grad'`` applied to ∂L/∂q with x = q,
+        side "q", and to ∂L/∂k with x = k, side "k" (the closed form :func:`~spanviz.spans.core.scale_qk_grad`;
+        works with fused attention, for order α and for ``block_alphas`` alike; with the fast path's projector,
+        :func:`qk_transform`).
+        The hooks are installed even when every α is 1 (they then return the gradient unchanged).
+    Raises:
+        ValueError: cfg is not a SpanConfig.
+    Source: spanviz.
+    """
+    if not isinstance(cfg, SpanConfig):
+        raise ValueError(f"cfg must be a SpanConfig, got {type(cfg).__name__}")
+    if cfg.preset == "qk4":
+        pairs = {side: qk4_alphas(cfg, side) for side in QK_SIDES}
+
+        def qk_grad_fn(grad: Tensor, x: Tensor, side: str) -> Tensor:
+            alpha_par, alpha_perp = pairs[side]
+            return qk_transform(alpha_par, alpha_perp, cfg.ridge, grad, x)
+
+        return None, qk_grad_fn
+
+    return ScoreTransform(cfg), None

@@ -15,7 +15,7 @@ Panels (each a class with ``.widget`` to display, ``.controls`` and ``.views`` d
 Layout of the package: controls and layout only. :mod:`.figures` (:class:`FigureView`, static mode, layout
 helpers), :mod:`.training` (:class:`TrainingPanel`, default data / store / settings), :mod:`.panel` (the base
 class :class:`Panel` of the three technique panels), one file per technique panel. What a panel computes comes
-from the technique packages (:class:`spanviz.spans.view.ScoreGradientViews`, :func:`spanviz.local_global.head_masks`,
+from the technique packages (:func:`spanviz.spans.capture_score_grads`, :func:`spanviz.local_global.head_masks`,
 :class:`spanviz.fp8.BoundsVsRank`) and what it draws from :mod:`spanviz.plots`.
 
 Rendering: a :class:`FigureView` holds a :class:`spanviz.figure_widget.PlotlyFigure` (JupyterLab, Notebook 7;

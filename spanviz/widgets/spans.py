@@ -1,4 +1,15 @@
-"""The spans panel: α0..α3, preset, layer/head over the score-gradient blocks; Train against standard."""
+"""The spans panel: α0..α3, preset, layer/head over the score-gradient blocks; Train against standard.
+
+Its analytic view, :class:`ScoreGradientViews`: a random-init :class:`~spanviz.model.TinyGPT` runs one
+forward/backward pass on a fixed batch (:func:`spanviz.spans.capture_score_grads`); per layer that gives dS
+(B, H, T, T) and q, k, v (B, H, T, d_head). The panel then shows, for batch element 0 and the picked head, the
+blocks of dS for a preset (:func:`spanviz.spans.decompose`) and the principal angles between the token-space spans
+of Q, K and V (:func:`spanviz.spans.principal_angle_cosines`). Each is computed once — blocks per (preset, layer),
+angles per layer, for all heads at once — and cached, so moving the head picker or an α slider does no tensor work.
+It builds a model, so it lives here, above the model, not in :mod:`spanviz.spans`.
+
+Source: arXiv 2512.13033 (span / violation scaling); the block construction is spanviz's (docs/spans.md).
+"""
 
 from __future__ import annotations
 
@@ -13,16 +24,85 @@ import torch
 
 from spanviz import plots
 from spanviz.figure_widget import figure_state
-from spanviz.model import GPTConfig
+from spanviz.model import GPTConfig, TinyGPT
 from spanviz.runner import TrainerLike
-from spanviz.spans import PRESETS, SpanConfig, SpanProbe
+from spanviz.spans import SpanConfig, SpanProbe, capture_score_grads, decompose, principal_angle_cosines
+from spanviz.spans.config import PRESETS, block_names, block_orders
+from spanviz.threads import torch_threads
 from spanviz.train import TrainConfig
-from spanviz.spans.view import ScoreGradientViews
 from spanviz.widgets import captions
 from spanviz.widgets.block_scaler import BlockScaler
 from spanviz.widgets.figures import FigureView, computing, side_by_side, slider
 from spanviz.widgets.panel import ANALYTIC_THREADS, Panel, analytic_threads
 from spanviz.widgets.training import LOSS_VIEW, History, LiveView, RunSpec
+
+
+ANGLE_PAIRS = ("Q–K", "Q–V", "K–V")
+"""The pairs of spans whose principal angles are shown, in this order."""
+
+
+class ScoreGradientViews:
+    """dS, q, k, v of one batch through a random-init model, and the blocks and angles drawn from them.
+
+    Args:
+        model_cfg: the model (its span transforms are switched off and dropout set to 0 for the pass).
+        batch: (x, y) token ids (B, T); default B = 2 random windows of T = ``context_length`` from ``seed``.
+        seed: torch seed of the model's initialisation (and of the default batch).
+        threads: torch intra-op threads for the tensor work (None: leave torch's setting).
+
+    Attributes:
+        model, batch, captures: the model, the batch and ``capture_score_grads(model, batch)`` (per layer).
+    Raises:
+        What ``capture_score_grads`` raises (a bad batch).
+    """
+
+    def __init__(self, model_cfg: GPTConfig, batch: tuple[torch.Tensor, torch.Tensor] | None = None, seed: int = 0,
+                 threads: int | None = None) -> None:
+        self.threads = threads
+        torch.manual_seed(seed)
+        self.model = TinyGPT(replace(model_cfg, spans=None, dropout=0.0))
+        if batch is None:
+            gen = torch.Generator().manual_seed(seed)
+            ids = torch.randint(model_cfg.vocab_size, (2, model_cfg.context_length + 1), generator=gen)  # (2, T + 1)
+            batch = (ids[:, :-1], ids[:, 1:])  # (2, T) each
+        self.batch = batch
+        with torch_threads(threads):
+            self.captures = capture_score_grads(self.model, batch)  # per layer: dS, q, k, v (B, H, T, ·)
+        self._blocks: dict[tuple[str, int], np.ndarray] = {}
+        self._angles: dict[int, dict[str, np.ndarray]] = {}
+
+    def layer_blocks(self, preset: str, layer: int) -> np.ndarray:
+        """Blocks (n_blocks, H, T, T) of dS for batch element 0 at one layer (they sum to dS); cached."""
+        key = (preset, layer)
+        if key not in self._blocks:
+            cap = self.captures[layer]
+            first = [t[0].float() for t in (cap.dS, cap.q, cap.k, cap.v)]  # (H, T, T), (H, T, d_head) ×3
+            with torch_threads(self.threads):
+                self._blocks[key] = decompose(*first, preset).numpy()  # (n_blocks, H, T, T)
+        return self._blocks[key]
+
+    def blocks(self, preset: str, layer: int, head: int) -> list[dict[str, Any]]:
+        """The blocks of one head as ``plots.span_blocks_*`` takes them: ``{"name", "order", "block" (T, T)}``."""
+        blocks = self.layer_blocks(preset, layer)[:, head]  # (n_blocks, T, T)
+        return [{"name": n, "order": o, "block": b}
+                for n, o, b in zip(block_names(preset), block_orders(preset), blocks)]
+
+    def layer_angles(self, layer: int) -> dict[str, np.ndarray]:
+        """Principal angles (H, d_head) in radians, ascending, between the spans of Q, K, V at one layer; cached."""
+        if layer not in self._angles:
+            cap = self.captures[layer]
+            qkv = dict(zip("QKV", (t[0] for t in (cap.q, cap.k, cap.v))))  # (H, T, d_head): d_head-dim spans in R^T
+            with torch_threads(self.threads):
+                # θ = arccos(σ_i(Q_Xᵀ Q_Y)), the singular values of the product of orthonormal bases
+                self._angles[layer] = {
+                    pair: np.arccos(principal_angle_cosines(qkv[pair[0]], qkv[pair[-1]]).numpy())
+                    for pair in ANGLE_PAIRS
+                }
+        return self._angles[layer]
+
+    def angles(self, layer: int, head: int) -> dict[str, np.ndarray]:
+        """``{"Q–K": (d_head,), "Q–V": ..., "K–V": ...}`` radians for one head, as ``plots.subspace_angles_*`` takes."""
+        return {pair: a[head] for pair, a in self.layer_angles(layer).items()}
 
 
 class SpansPanel(Panel):
@@ -32,7 +112,7 @@ class SpansPanel(Panel):
     (B = 2, T = ``model_cfg.context_length``); for the picked layer/head the panel shows the blocks of dS
     (heatmaps grouped by order, bars of ‖block‖/‖dS‖ before and after α scaling), the T = 3 toy with α0 on
     the span part and α1 on the violation, and the principal angles between the token-space spans of Q, K
-    and V (:class:`spanviz.spans.view.ScoreGradientViews`). α sliders rescale cached blocks; the decomposition is
+    and V (:class:`ScoreGradientViews`). α sliders rescale cached blocks; the decomposition is
     computed once per (preset, layer) for all heads.
 
     Train: the α setting against the standard gradient (spans=None), same seed, plus the standard gradient
