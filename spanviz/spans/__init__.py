@@ -25,7 +25,9 @@ SpanConfig``), everything else is imported from its module:
   ("[1000]"), the block names S1..S2ⁿ (:func:`block_table`);
 * :mod:`~spanviz.spans.probe` — measurements: span geometry (principal angles, Gram conditioning, the ridge's
   bias), captured score gradients and their blocks per layer and head, dQ/dK alignment, the training probe
-  :class:`SpanProbe`.
+  :class:`SpanProbe`;
+* :mod:`~spanviz.spans.demos` — the T = 3 toy of the notebook's panel: a span plane in token space R³ and a
+  gradient split into its span and violation parts.
 """
 
 from spanviz.spans.config import SpanConfig, block_table

@@ -74,7 +74,6 @@ def _check_qkv(dS: Tensor, q: Tensor, k: Tensor, v: Tensor) -> None:
             raise ValueError(f"{name} must have shape {tuple(dS.shape[:-1])} + (d_head,), got {tuple(t.shape)}")
 
 
-
 # ---------------------------------------------------------------------------------------- projector
 
 class SpanProjector:
@@ -202,7 +201,6 @@ def decompose(
         dS32 = dS.detach().to(compute_dtype(dS.dtype))
         blocks = _all_blocks(dS32, _slot_ops(slots, _projectors(slots, q, k, v, ridge, dS32.dtype)))
         return torch.stack([blocks[b] for b in block_bits(slots)]).to(dS.dtype)  # (2ⁿ, ..., T, T)
-
 
 
 # ------------------------------------------------------------------------------ α scaling: the definition

@@ -224,7 +224,6 @@ class LayerBlocks:
         return out
 
 
-
 def score_grad_blocks(
     model: Any, batch: tuple[Tensor, Tensor], decomposition: str | SpanConfig | Sequence[Slot] | None = None,
     *, sample: int = 0, captures: list[ScoreGradCapture] | None = None,
@@ -288,7 +287,6 @@ def grad_alignment(capture: ScoreGradCapture, cfg: SpanConfig) -> dict[str, Tens
         out[f"cos_{name}"] = ((g * g2).sum(dims) / (n * n2)).float()
         out[f"ratio_{name}"] = (n2 / n).float()
     return out
-
 
 
 def _finite_or_none(x: float) -> float | None:

@@ -28,6 +28,7 @@ from spanviz.model import GPTConfig, TinyGPT
 from spanviz.runner import TrainerLike
 from spanviz.spans import SpanConfig, SpanProbe, capture_score_grads, decompose, principal_angle_cosines
 from spanviz.spans.config import PRESETS, block_names, block_orders
+from spanviz.spans.demos import span_toy
 from spanviz.threads import torch_threads
 from spanviz.train import TrainConfig
 from spanviz.widgets import captions
@@ -155,7 +156,7 @@ class SpansPanel(Panel):
         c["head"] = W.Dropdown(options=list(range(self.model_cfg.n_head)), value=0, description="head")
         self._cells: dict[tuple[str, int, int], dict[str, Any]] = {}  # span_block_cells per (preset, layer, head)
         self._templates: dict[tuple[Any, ...], tuple[list[dict[str, Any]], dict[str, Any]]] = {}
-        self.toy = plots.span_toy(seed=seed)
+        self.toy = span_toy(seed=seed)
         with analytic_threads():
             self._load_head()
             blocks_state = self._blocks_state()
