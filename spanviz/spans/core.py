@@ -52,12 +52,13 @@ QK_SIDES = ("q", "k")
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """float32, or float64 when the input is float64 (half/bfloat16 are computed in float32): the precision of
-    every projection here and in :mod:`spanviz.spans.fused`."""
+    every projection here and in :mod:`spanviz.spans.fused`. Source: spanviz."""
     return torch.promote_types(dtype, torch.float32)
 
 
 def no_autocast(device: torch.device) -> torch.autocast:
-    """Autocast off (it would run the matmuls in bf16 under a bf16 autocast region)."""
+    """Autocast off on ``device``'s type (it would run the matmuls in bf16 under a bf16 autocast region), for the
+    projections of this file and :mod:`spanviz.spans.fused`. Source: spanviz."""
     return torch.autocast(device_type=device.type, enabled=False)
 
 

@@ -127,11 +127,15 @@ def _combine(M: Tensor, ops: Ops, w: Weights) -> Tensor | None:
         a = w.get((), 0.0)
         return M if a == 1 else a * M
     *outer, inner = ops
+    # w split by the innermost bit b_n: w_par(b_1..b_{n−1}) for F_n = Π, w_perp for F_n = Π^⊥
     w_par = {bits[:-1]: x for bits, x in w.items() if bits[-1] == 0}
     w_perp = {bits[:-1]: x for bits, x in w.items() if bits[-1] == 1}
     if {b: x for b, x in w_par.items() if x} == {b: x for b, x in w_perp.items() if x}:
+        # equal weights on both halves: Σ w (F⋯)(Π M) + Σ w (F⋯)(Π^⊥ M) = Σ w (F⋯)(M), no projection
         return _combine(M, outer, w_par)
+    # Π_n M
     par = inner(M)
+    # Σ w_par (F_1⋯F_{n−1})(Π_n M) + Σ w_perp (F_1⋯F_{n−1})(M − Π_n M)
     terms = [_combine(par, outer, w_par), _combine(M - par, outer, w_perp) if any(w_perp.values()) else None]
     terms = [t for t in terms if t is not None]
     return None if not terms else terms[0] if len(terms) == 1 else terms[0] + terms[1]
