@@ -35,6 +35,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from spanviz import local_global
 from spanviz.bench.ls import MODEL_SHAPE, PAPER_SHAPE, mask_shares
+from spanviz.local_global.flex import check_qkv, compiled_flex
 from spanviz.bench.spans import LONG_BATCH, LONG_CONFIG
 from spanviz.model import GPTConfig, TinyGPT
 from spanviz.spans import SpanConfig
@@ -101,12 +102,12 @@ def part_wrapper() -> dict:
     q, k, v = (torch.randn(B, H, T, d, generator=g).to("cuda", torch.bfloat16) for _ in range(3))
     causal = local_global.head_mask_mod(0)
     ls_mod = local_global.head_mask_mod(shape["n_local"], shape["window"])
-    compiled = local_global.compiled_flex()
+    compiled = compiled_flex()
     mask = local_global.block_mask(causal, H, T, q.device)
     ls_mask = local_global.block_mask(ls_mod, H, T, q.device)
 
     def old_wrapper(mask_mod=causal) -> torch.Tensor:  # the library's call as it was (commit d68f751)
-        local_global.check_qkv(q, k, v)
+        check_qkv(q, k, v)
         dtype = (torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda")
                  else torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype))
         with torch.autocast("cuda", enabled=False):
@@ -255,7 +256,7 @@ def part_curve(out_file: Path | None = None, result: dict | None = None) -> dict
     The JSON is rewritten after each point, so a time limit keeps the points measured."""
     n_head, n_local, window = PAPER_SHAPE["n_head"], PAPER_SHAPE["n_local"], PAPER_SHAPE["window"]
     ls_mod = local_global.head_mask_mod(n_local, window)
-    compiled = local_global.compiled_flex()
+    compiled = compiled_flex()
     out: dict = {"config": {"n_head": n_head, "n_local": n_local, "window": window, "tokens_per_batch": 32768,
                             "dtype": "bfloat16", "pass": "forward_backward", "timing": "CUDA events, median of 3 "
                             "interleaved rounds of 20 calls"}, "points": []}

@@ -42,8 +42,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from spanviz.hook_points import HookedRootModule, HookPoint
-from spanviz.local_global.config import check_head_split
-from spanviz.local_global.core import MaskMod, additive_mask, causal_mask, dense_mask_cached, head_mask_mod
+from spanviz.local_global.core import (
+    MaskMod, additive_mask, causal_mask, check_head_split, dense_mask_cached, head_mask_mod,
+)
 from spanviz.lm_loss import lm_cross_entropy
 from spanviz.local_global.flex import flex_attention, flex_available
 from spanviz.spans.config import SpanConfig

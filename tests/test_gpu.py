@@ -23,7 +23,9 @@ import pytest
 import torch
 
 from spanviz import fp8, spans
+from attention_backends import sdpa_attention
 from spanviz import local_global as lg
+from spanviz.local_global import core as lg_core
 from spanviz.bench.notebooks import notebook_runs
 from spanviz.model import GPTConfig, TinyGPT
 from spanviz.spans import SpanConfig
@@ -47,19 +49,19 @@ def test_block_mask_cache_serves_every_shape_and_evicts_the_oldest():
     for H, T in shapes:
         q, k, v = _qkv(1, H, T, 32, seed=T + H)
         with torch.no_grad():
-            torch.testing.assert_close(lg.flex_attention(q, k, v, mask_mod), lg.sdpa_attention(q, k, v, mask_mod),
+            torch.testing.assert_close(lg.flex_attention(q, k, v, mask_mod), sdpa_attention(q, k, v, mask_mod),
                                        rtol=1e-4, atol=1e-4, msg=lambda m, s=(H, T): f"(H, T)={s}: {m}")
-    cached = lg._BLOCK_CACHE[mask_mod]
+    cached = lg_core._BLOCK_CACHE[mask_mod]
     assert {(h, t) for h, t, _ in cached} == {(6, 300), (6, 1024), (2, 300), (6, 2048)}
     assert lg.block_mask(mask_mod, 6, 300, "cuda:0") is lg.block_mask(mask_mod, 6, 300, "cuda:0")  # reused
     # More shapes than the cache holds: the oldest entries go, answers stay right.
-    for T in range(129, 129 + lg._CACHE_PER_MOD + 2):
+    for T in range(129, 129 + lg_core._CACHE_PER_MOD + 2):
         q, k, v = _qkv(1, 6, T, 16, seed=T)
         with torch.no_grad():
-            torch.testing.assert_close(lg.flex_attention(q, k, v, mask_mod), lg.sdpa_attention(q, k, v, mask_mod),
+            torch.testing.assert_close(lg.flex_attention(q, k, v, mask_mod), sdpa_attention(q, k, v, mask_mod),
                                        rtol=1e-4, atol=1e-4)
-    assert len(lg._BLOCK_CACHE[mask_mod]) == lg._CACHE_PER_MOD
-    assert (6, 300, "cuda:0") not in lg._BLOCK_CACHE[mask_mod]
+    assert len(lg_core._BLOCK_CACHE[mask_mod]) == lg_core._CACHE_PER_MOD
+    assert (6, 300, "cuda:0") not in lg_core._BLOCK_CACHE[mask_mod]
 
 
 def test_flex_stays_compiled_across_many_shapes_and_modes():

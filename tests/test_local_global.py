@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import runpy
 import warnings
 from types import SimpleNamespace
 
@@ -13,9 +14,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from attention_backends import attention, explicit_attention, sdpa_attention
 from spanviz import local_global as lg
+from spanviz.local_global import core as lg_core
+from spanviz.local_global.demos import band_target
+from spanviz.local_global.probe import attention_entropy
 from spanviz.model import GPTConfig, TinyGPT
-
 
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="FlexAttention backward needs CUDA")
@@ -111,8 +115,8 @@ def test_explicit_and_sdpa_agree_forward_and_backward(name):
     mask_mod = MASKS[name]
     q1, k1, v1 = _qkv()
     q2, k2, v2 = (t.detach().clone().requires_grad_() for t in (q1, k1, v1))
-    out_e = lg.attention(q1, k1, v1, mask_mod, backend="explicit")
-    out_s = lg.attention(q2, k2, v2, mask_mod, backend="sdpa")
+    out_e = attention(q1, k1, v1, mask_mod, backend="explicit")
+    out_s = attention(q2, k2, v2, mask_mod, backend="sdpa")
     torch.testing.assert_close(out_e, out_s, rtol=1e-5, atol=1e-5)
     grad = torch.randn_like(out_e)
     out_e.backward(grad)
@@ -124,7 +128,7 @@ def test_explicit_and_sdpa_agree_forward_and_backward(name):
 def test_a_local_output_depends_exactly_on_the_keys_in_its_window():
     T, p = 20, 4
     q, k, v = _qkv(B=1, H=2, T=T, d=8)
-    out = lg.explicit_attention(q, k, v, lg.head_mask_mod(1, p))
+    out = explicit_attention(q, k, v, lg.head_mask_mod(1, p))
     i = 13
     out[0, :, i].sum().backward()
     used_local = (v.grad[0, 0].abs().sum(-1) > 0).nonzero().flatten().tolist()
@@ -135,7 +139,7 @@ def test_a_local_output_depends_exactly_on_the_keys_in_its_window():
 
 def test_explicit_attention_returns_pre_mask_scores():
     q, k, v = _qkv(requires_grad=False)
-    _, scores = lg.explicit_attention(q, k, v, lg.head_mask_mod(2, 5), return_scores=True)
+    _, scores = explicit_attention(q, k, v, lg.head_mask_mod(2, 5), return_scores=True)
     torch.testing.assert_close(scores, q @ k.transpose(-1, -2) / math.sqrt(q.size(-1)))
     assert torch.isfinite(scores).all()
 
@@ -145,7 +149,7 @@ def test_flex_forward_on_cpu_matches_sdpa_and_uses_one_cached_block_mask():
     mask_mod = lg.head_mask_mod(2, 5)
     q, k, v = _qkv(T=150, requires_grad=False)  # T not a multiple of the 128 block
     with torch.no_grad():
-        torch.testing.assert_close(lg.flex_attention(q, k, v, mask_mod), lg.sdpa_attention(q, k, v, mask_mod),
+        torch.testing.assert_close(lg.flex_attention(q, k, v, mask_mod), sdpa_attention(q, k, v, mask_mod),
                                    rtol=1e-5, atol=1e-5)
     assert lg.block_mask(mask_mod, 4, 150, "cpu") is lg.block_mask(mask_mod, 4, 150, "cpu")
     assert lg.block_mask(mask_mod, 4, 151, "cpu") is not lg.block_mask(mask_mod, 4, 150, "cpu")
@@ -155,9 +159,9 @@ def test_mask_caches_stay_bounded_when_T_changes():
     mask_mod = lg.head_mask_mod(1, 3)
     for T in range(2, 14):
         q, k, v = _qkv(B=1, H=2, T=T, d=4, requires_grad=False)
-        lg.sdpa_attention(q, k, v, mask_mod)
-    assert len(lg._DENSE_CACHE[mask_mod]) == lg._CACHE_PER_MOD
-    assert (2, 13, "cpu") in lg._DENSE_CACHE[mask_mod] and (2, 2, "cpu") not in lg._DENSE_CACHE[mask_mod]
+        sdpa_attention(q, k, v, mask_mod)
+    assert len(lg_core._DENSE_CACHE[mask_mod]) == lg_core._CACHE_PER_MOD
+    assert (2, 13, "cpu") in lg_core._DENSE_CACHE[mask_mod] and (2, 2, "cpu") not in lg_core._DENSE_CACHE[mask_mod]
 
 
 def test_flex_on_cpu_refuses_gradients_with_a_clear_error():
@@ -169,7 +173,7 @@ def test_flex_on_cpu_refuses_gradients_with_a_clear_error():
         lg.flex_attention(q, k, v, lg.head_mask_mod(2, 5))
     with torch.no_grad():  # the advice works
         out = lg.flex_attention(q.detach(), k.detach(), v.detach(), lg.head_mask_mod(2, 5))
-    torch.testing.assert_close(out, lg.sdpa_attention(q, k, v, lg.head_mask_mod(2, 5)).detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out, sdpa_attention(q, k, v, lg.head_mask_mod(2, 5)).detach(), rtol=1e-5, atol=1e-5)
 
 
 SMALL_LS = dict(vocab_size=97, context_length=48, n_layer=2, n_head=4, d_model=64, n_local=3, window=4)
@@ -213,7 +217,7 @@ def test_flex_agrees_with_sdpa_and_explicit_on_cuda_forward_and_backward(dtype, 
 
     def run(backend: str, run_dtype: torch.dtype) -> list[torch.Tensor]:
         q, k, v = (t.to("cuda", run_dtype).requires_grad_() for t in base)
-        out = lg.attention(q, k, v, mask_mod, backend=backend)
+        out = attention(q, k, v, mask_mod, backend=backend)
         out.float().square().sum().backward()
         return [out.float()] + [t.grad.float() for t in (q, k, v)]
 
@@ -236,7 +240,7 @@ def test_tinygpt_auto_backend_uses_flex_on_cuda_and_matches_explicit():
     loss_a.backward()
     for pe, pa in zip(explicit.parameters(), auto.parameters()):
         torch.testing.assert_close(pe.grad, pa.grad, rtol=1e-3, atol=1e-4)
-    cached = lg._BLOCK_CACHE.get(auto.blocks[0].attn.mask_mod, {})
+    cached = lg_core._BLOCK_CACHE.get(auto.blocks[0].attn.mask_mod, {})
     assert any(device.startswith("cuda") for _, _, device in cached), "auto did not use FlexAttention on CUDA"
 
 
@@ -313,7 +317,7 @@ def test_logit_probe_matches_a_brute_force_max_over_allowed_pairs():
     # local heads cannot spread over more than p = 4 keys
     assert max(max(row[:3]) for row in out["attn/entropy_per_head"]) <= math.log(4) + 1e-6
     np.testing.assert_allclose(lg.max_logits(model, x).numpy(), want_max, rtol=1e-5)
-    np.testing.assert_allclose(lg.attention_entropy(model, x).numpy(), want_entropy, rtol=1e-5)
+    np.testing.assert_allclose(attention_entropy(model, x).numpy(), want_entropy, rtol=1e-5)
 
 
 def test_logit_probe_without_entropy_and_on_a_real_trainer_shape():
@@ -339,7 +343,7 @@ def test_required_logit_gap_puts_exactly_one_minus_eps_in_band():
 
 
 def test_band_target_rows_are_uniform_over_the_last_p_keys():
-    t = lg.band_target(6, 2)
+    t = band_target(6, 2)
     assert t.sum(-1).tolist() == [1.0] * 6
     assert t[0, 0] == 1 and t[4].tolist() == [0, 0, 0, 0.5, 0.5, 0]
 
@@ -377,6 +381,15 @@ def test_toy_fit_is_seeded_restores_threads_and_leaves_the_global_rng_alone():
     assert torch.get_num_threads() == 1  # the fixture's setting, restored by the fit
 
 
+def test_python_m_spanviz_local_global_prints_the_masks_of_a_small_example(capsys):
+    runpy.run_module("spanviz.local_global", run_name="__main__")  # what `python -m spanviz.local_global` runs
+    out = capsys.readouterr().out
+    assert "head 0 (local, p = 3): 27 allowed (query, key) pairs" in out  # 1 + 2 + 8·3 keys over T = 10 queries
+    assert "head 3 (global): 55 allowed (query, key) pairs" in out  # 1 + 2 + … + 10
+    assert "  · · · ■ ■ ■ · · · ·" in out  # query 5 of a local head: keys 3, 4, 5
+    assert "local_global_3_3 at T = 1024" in out and "BlockMask" in out
+
+
 # ============================================================================================ bad input
 @pytest.mark.parametrize(
     "call,field",
@@ -387,11 +400,11 @@ def test_toy_fit_is_seeded_restores_threads_and_leaves_the_global_rng_alone():
         (lambda: lg.head_mask_mod(n_local=True, window=2), "n_local"),
         (lambda: lg.dense_mask(lg.head_mask_mod(0), 0, 4), "n_head"),
         (lambda: lg.dense_mask(lg.head_mask_mod(0), 2, 0), "T"),
-        (lambda: lg.attention(*_qkv(T=4), lg.head_mask_mod(0), backend="flash"), "backend"),
-        (lambda: lg.sdpa_attention(torch.zeros(2, 4, 8), torch.zeros(2, 4, 8), torch.zeros(2, 4, 8),
-                                   lg.head_mask_mod(0)), "q must be a 4-D"),  # fmt: skip
-        (lambda: lg.explicit_attention(torch.zeros(1, 2, 4, 8), torch.zeros(1, 2, 5, 8), torch.zeros(1, 2, 5, 8),
-                                       lg.head_mask_mod(0)), "share"),  # fmt: skip
+        (lambda: attention(*_qkv(T=4), lg.head_mask_mod(0), backend="flash"), "backend"),
+        (lambda: sdpa_attention(torch.zeros(2, 4, 8), torch.zeros(2, 4, 8), torch.zeros(2, 4, 8),
+                                lg.head_mask_mod(0)), "q must be a 4-D"),  # fmt: skip
+        (lambda: explicit_attention(torch.zeros(1, 2, 4, 8), torch.zeros(1, 2, 5, 8), torch.zeros(1, 2, 5, 8),
+                                    lg.head_mask_mod(0)), "share"),  # fmt: skip
         (lambda: lg.LogitProbe(every=0), "every"),
         (lambda: lg.LogitProbe(every=1, name=""), "name"),
         (lambda: lg.max_logits(_ls_model("sdpa"), torch.zeros(2, 4)), "x must be"),

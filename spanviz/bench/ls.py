@@ -38,10 +38,11 @@ from torch.nn.attention.flex_attention import create_block_mask
 
 from spanviz import local_global
 from spanviz.bench.core import interleaved_medians
+from spanviz.local_global.core import PAPER, MaskMod, check_head_split
+from spanviz.local_global.flex import FLEX_MIN_D_HEAD, compiled_flex, flex_available
 from spanviz.model import GPTConfig, TinyGPT, explicit_attention, fused_attention
 from spanviz.validators import check_choice, check_float, check_int
 
-PAPER = local_global.PAPER
 PAPER_SHAPE = dict(T=PAPER["context_length"], n_head=PAPER["n_head"], d_head=PAPER["d_head"],
                    n_local=PAPER["n_local"], window=PAPER["window"])  # fmt: skip
 BLOCK = 128  # FlexAttention's default tile edge
@@ -128,7 +129,7 @@ def bench_ls(
         check_int(name, value, low)
     if batch is not None:
         check_int("batch", batch, 1)
-    local_global.check_head_split(n_head, n_local, window)
+    check_head_split(n_head, n_local, window)
     repeats = (3 if quick else 10) if repeats is None else check_int("repeats", repeats, 1)
     curve = not quick if curve is None else curve
     check_float("min_run_time", min_run_time, 0.0, low_open=True)
@@ -151,7 +152,7 @@ def bench_ls(
         "ls_sdpa": lambda q, k, v: fused_attention(q, k, v, ls_mod, backend="sdpa"),
         "ls_explicit": lambda q, k, v: explicit_attention(q, k, v, ls_mod),
     }
-    if on_cuda and local_global.flex_available() and d_head >= local_global.FLEX_MIN_D_HEAD:
+    if on_cuda and flex_available() and d_head >= FLEX_MIN_D_HEAD:
         cases["ls_flex"] = lambda q, k, v: local_global.flex_attention(q, k, v, ls_mod)
         cases["dense_causal_flex"] = lambda q, k, v: local_global.flex_attention(q, k, v, causal_mod)
         # The compiled kernel called directly (no wrapper): dense causal (the wrapper's cost is the difference to
@@ -276,11 +277,11 @@ def bench_ls_curve(
                        "dtype": "bfloat16", "repeats": repeats}, "points": points}
 
 
-def _flex_with_tiles(mask_mod: local_global.MaskMod, n_head: int, T: int, device: torch.device,
+def _flex_with_tiles(mask_mod: MaskMod, n_head: int, T: int, device: torch.device,
                      block: int) -> Callable[..., torch.Tensor]:
     """Compiled FlexAttention over a ``block``×``block`` block mask of ``mask_mod`` (CUDA; benchmark only)."""
     mask = create_block_mask(mask_mod, None, n_head, T, T, device=device, BLOCK_SIZE=block)
-    flex = local_global.compiled_flex()
+    flex = compiled_flex()
     return lambda q, k, v: flex(q, k, v, block_mask=mask)
 
 

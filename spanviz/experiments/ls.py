@@ -36,6 +36,7 @@ from spanviz import local_global
 from spanviz.experiments.core import (check_train_overrides, compare_groups, describe_comparison, per_seed_table,
                                       run_grid, seed_list)
 from spanviz.experiments.executors import Executor, make_executor
+from spanviz.local_global.flex import FLEX_MIN_D_HEAD, flex_available
 from spanviz.model import GPTConfig
 from spanviz.train import RunRecord, TrainConfig
 from spanviz.validators import check_choice, check_int
@@ -172,7 +173,7 @@ def ls_variants(
     train_kw.update(train)
     train_cfg = TrainConfig(**train_kw)
     base = GPTConfig(**{**spec["model"], "vocab_size": vocab_size, "attn_backend": "sdpa", **(model or {})})
-    if (train_cfg.device != "cpu" and local_global.flex_available() and base.d_head >= local_global.FLEX_MIN_D_HEAD
+    if (train_cfg.device != "cpu" and flex_available() and base.d_head >= FLEX_MIN_D_HEAD
             and "attn_backend" not in (model or {})):
         base = replace(base, attn_backend="flex")  # the same block-sparse kernel for every variant
     ls_kw = {**spec["ls"], **({} if n_local is None else {"n_local": n_local}),

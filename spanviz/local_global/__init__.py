@@ -5,59 +5,30 @@ the token itself**), the remaining ``n_head − n_local`` global (plain causal).
 identical to a global head. The settings live in :class:`spanviz.model.GPTConfig` (``n_local``, ``window``);
 :class:`spanviz.model.Attention` is the one attention implementation that applies the masks.
 
-Files, read in this order:
+Files, read in this order (the same template as :mod:`spanviz.spans` and :mod:`spanviz.fp8`):
 
 * :mod:`~spanviz.local_global.core` — **the technique**: the masks as FlexAttention ``mask_mod`` predicates
   composed with ``and_masks`` / ``or_masks`` (:func:`head_mask_mod`), evaluated with ``create_mask``
-  (:func:`dense_mask`, cached boolean and additive masks) and ``create_block_mask`` (:func:`block_mask`);
-  ``python -m spanviz.local_global`` prints them;
+  (:func:`dense_mask`, cached boolean and additive masks) and ``create_block_mask`` (:func:`block_mask`); the
+  head split's one check (``check_head_split``) and the paper's shape (``PAPER``);
 * :mod:`~spanviz.local_global.flex` — FlexAttention with the block mask (:func:`flex_attention`, CUDA,
   compiled): where local heads skip work;
-* :mod:`~spanviz.local_global.config` — the head split's one check and the paper's shape;
-* :mod:`~spanviz.local_global.backends` — :func:`attention`, :func:`explicit_attention`,
-  :func:`sdpa_attention`: masked attention of (q, k, v) without a model, through :mod:`spanviz.model`'s code;
-* :mod:`~spanviz.local_global.probes` — :func:`max_logits`, :func:`attention_entropy` and the trainer probe
+* :mod:`~spanviz.local_global.probe` — :func:`max_logits`, ``attention_entropy`` and the trainer probe
   :class:`LogitProbe`;
-* :mod:`~spanviz.local_global.demos` — teaching demos: :func:`required_logit_gap` (softmax margin) and
-  :func:`toy_band_fit` (logit growth of a low-rank global head fitting a dense local band).
+* :mod:`~spanviz.local_global.demos` — teaching demos: :func:`required_logit_gap` (softmax margin),
+  :func:`toy_band_fit` (logit growth of a low-rank global head fitting a dense local band), the masks of
+  notebook 02, and ``print_masks`` (what ``python -m spanviz.local_global`` prints).
 
-Layers: ``core``, ``flex`` and ``config`` sit below :mod:`spanviz.model` (which imports them); ``backends``,
-``probes`` and ``demos`` above it.
+Nothing here imports :mod:`spanviz.model` (which imports ``core`` and ``flex``); probes read a model by duck typing.
+This face holds the names the notebooks and docs use; every other name is imported from its defining module.
 """
 
-from spanviz.local_global.config import PAPER, check_head_split
-from spanviz.local_global.core import (
-    _BLOCK_CACHE,  # noqa: F401  (the mask caches, read by tests)
-    _CACHE_PER_MOD,  # noqa: F401
-    _DENSE_CACHE,  # noqa: F401
-    MaskMod,
-    additive_mask,
-    block_mask,
-    causal_mask,
-    dense_mask,
-    dense_mask_cached,
-    generate_global_heads,
-    generate_local_global,
-    generate_sliding_window,
-    head_mask_mod,
-)
-from spanviz.local_global.flex import (
-    FLEX_MIN_D_HEAD,
-    FLEX_RECOMPILE_LIMIT,
-    check_qkv,
-    compiled_flex,
-    flex_attention,
-    flex_available,
-)
-from spanviz.local_global.backends import BACKENDS, attention, explicit_attention, sdpa_attention
-from spanviz.local_global.demos import band_target, head_labels, head_masks, required_logit_gap, toy_band_fit
-from spanviz.local_global.probes import LogitProbe, attention_entropy, max_logits
+from spanviz.local_global.core import block_mask, dense_mask, head_mask_mod
+from spanviz.local_global.demos import required_logit_gap, toy_band_fit
+from spanviz.local_global.flex import flex_attention
+from spanviz.local_global.probe import LogitProbe, max_logits
 
 __all__ = [
-    "BACKENDS", "FLEX_MIN_D_HEAD", "FLEX_RECOMPILE_LIMIT", "LogitProbe", "MaskMod", "PAPER", "additive_mask",
-    "attention", "attention_entropy", "band_target", "block_mask", "causal_mask", "check_head_split", "check_qkv",
-    "compiled_flex", "dense_mask", "dense_mask_cached", "explicit_attention",
-    "flex_attention", "flex_available", "generate_global_heads", "generate_local_global",
-    "generate_sliding_window", "head_labels", "head_mask_mod", "head_masks", "max_logits", "required_logit_gap",
-    "sdpa_attention", "toy_band_fit",
-]
+    "LogitProbe", "block_mask", "dense_mask", "flex_attention", "head_mask_mod", "max_logits", "required_logit_gap",
+    "toy_band_fit",
+]  # fmt: skip

@@ -1,5 +1,5 @@
-"""``python -m spanviz.local_global``: print the LS masks of a small example (see ``core.main``)."""
+"""``python -m spanviz.local_global``: print the LS masks of a small example (:func:`demos.print_masks`)."""
 
-from spanviz.local_global.core import main
+from spanviz.local_global.demos import print_masks
 
-main()
+print_masks()

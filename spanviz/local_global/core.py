@@ -20,8 +20,11 @@ integer tensors — composed from small named predicates with FlexAttention's ow
 ``create_block_mask`` block-sparsely (FlexAttention skips the 128×128 tiles with no allowed pair, which is
 where local heads save time: :mod:`spanviz.local_global.flex`). Masks are cached per predicate.
 
-Run ``python -m spanviz.local_global`` to print the masks of a small example and a block mask.
-Source: arXiv 2505.15548 (local + global heads); the window convention and the code are spanviz's.
+The settings are fields of :class:`spanviz.model.GPTConfig` (``n_local``, ``window``), so a run's store key holds
+them; :func:`check_head_split` is the one check of the head split, shared by ``GPTConfig`` and the benchmarks.
+``python -m spanviz.local_global`` prints the masks of a small example (:func:`spanviz.local_global.demos.print_masks`).
+Source: arXiv 2505.15548 (local + global heads; :data:`PAPER`, the author's defaults, from the public nanoGPT fork);
+the window convention and the code are spanviz's.
 """
 
 from __future__ import annotations
@@ -40,6 +43,10 @@ from spanviz.validators import check_int
 
 MaskMod = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 """``mask_mod(b, h, q_idx, kv_idx) -> bool tensor``, True where key kv_idx may be attended from query q_idx."""
+
+PAPER: dict[str, Any] = dict(n_layer=6, d_model=192, n_head=6, d_head=32, n_local=5, window=50, context_length=2048)
+"""The author's defaults: 6 layers, d_model 192 = 6 heads × d_head 32, 5 local heads with p = 50 + 1 global, T 2048
+(PG-19, 10k SentencePiece vocabulary). The revision used 11 local + 1 global heads with p = 100."""
 
 
 # ======================================================================================== predicates
@@ -109,6 +116,26 @@ def head_mask_mod(n_local: int = 0, window: int | None = None) -> MaskMod:
     if window is None:
         raise ValueError(f"window must be an integer >= 1 when n_local > 0, got {window!r}")
     return generate_local_global(n_local, check_int("window", window, 1))
+
+
+def check_head_split(n_head: int, n_local: Any, window: Any) -> tuple[int, int | None]:
+    """Check an LS head split: ``n_local`` in [0, n_head]; ``window`` None or an integer >= 1 (required if n_local > 0).
+
+    Args:
+        n_head: H, heads per layer (already checked by the caller). n_local: local heads. window: p, keys a local
+            head sees including the token itself (may be set with n_local = 0: it then has no effect).
+    Returns:
+        (n_local, window) as ints (window None when it was None).
+    Raises:
+        ValueError: naming ``n_local`` or ``window``, the value and what is allowed.
+    Source: spanviz's checks (the head split of arXiv 2505.15548).
+    """
+    n_local = check_int("n_local", n_local, 0, n_head)
+    if window is None:
+        if n_local > 0:
+            raise ValueError(f"window must be set (>= 1) when n_local > 0, got window=None, n_local={n_local}")
+        return n_local, None
+    return n_local, check_int("window", window, 1)
 
 
 # ============================================================================================= masks
@@ -194,17 +221,3 @@ def block_mask(mask_mod: MaskMod, n_head: int, T: int, device: torch.device | st
     check_int("T", T, 1)
     device = torch.device(device)
     return _cached(_BLOCK_CACHE, mask_mod, key, lambda: create_block_mask(mask_mod, None, n_head, T, T, device=device))
-
-
-# ============================================================================================== demo
-def main(n_head: int = 4, n_local: int = 3, window: int = 3, T: int = 10) -> None:
-    """Print the per-head masks of a small example (■ allowed, · masked) and the block mask at T 1024."""
-    mask_mod = head_mask_mod(n_local, window)
-    masks = dense_mask(mask_mod, n_head, T)  # (H, T, T)
-    for h in range(n_head):
-        kind = f"local, p = {window}" if h < n_local else "global"
-        print(f"head {h} ({kind}): {int(masks[h].sum())} allowed (query, key) pairs")
-        for row in masks[h].tolist():
-            print("  " + " ".join("■" if allowed else "·" for allowed in row))
-    print(f"\n{mask_mod.__name__} at T = 1024 in 128×128 tiles (the tiles FlexAttention computes):")
-    print(block_mask(mask_mod, n_head, 1024, "cpu"))

@@ -5,7 +5,8 @@
 * :func:`toy_band_fit` — one attention head (free Q, K or a small MLP of positions) fitted to "uniform over the
   last p keys": a low-rank global head keeps inflating its max logit, a local head fits with small logits;
 * :func:`head_masks` / :func:`head_labels` — every head's mask as a dense bool array and its title (notebook 02's
-  mask figure).
+  mask figure);
+* :func:`print_masks` — the masks of a small example as text, and a block mask (``python -m spanviz.local_global``).
 
 Source: spanviz's reconstruction of the argument and the mechanism claimed in arXiv 2505.15548.
 """
@@ -22,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from spanviz.local_global.core import dense_mask, head_mask_mod
+from spanviz.local_global.core import block_mask, dense_mask, head_mask_mod
 from spanviz.threads import torch_threads
 from spanviz.validators import check_choice, check_float, check_int
 
@@ -232,3 +233,19 @@ def head_masks(n_head: int, n_local: int, window: int, T: int, threads: int | No
 def head_labels(n_head: int, n_local: int, window: int) -> list[str]:
     """One title per head: ``"head h: local (p=…)"`` for the first ``n_local``, ``"head h: global"`` after."""
     return [f"head {h}: local (p={window})" if h < n_local else f"head {h}: global" for h in range(n_head)]
+
+
+def print_masks(n_head: int = 4, n_local: int = 3, window: int = 3, T: int = 10) -> None:
+    """Print the per-head masks of a small example (■ allowed, · masked) and the block mask at T 1024.
+
+    What ``python -m spanviz.local_global`` runs (a command, so it prints). Raises: as :func:`head_mask_mod`.
+    """
+    mask_mod = head_mask_mod(n_local, window)
+    masks = dense_mask(mask_mod, n_head, T)  # (H, T, T)
+    for h in range(n_head):
+        kind = f"local, p = {window}" if h < n_local else "global"
+        print(f"head {h} ({kind}): {int(masks[h].sum())} allowed (query, key) pairs")
+        for row in masks[h].tolist():
+            print("  " + " ".join("■" if allowed else "·" for allowed in row))
+    print(f"\n{mask_mod.__name__} at T = 1024 in 128×128 tiles (the tiles FlexAttention computes):")
+    print(block_mask(mask_mod, n_head, 1024, "cpu"))

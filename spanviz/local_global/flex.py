@@ -82,7 +82,8 @@ def flex_attention(q: Tensor, k: Tensor, v: Tensor, mask_mod: MaskMod) -> Tensor
     Args:
         q, k, v: (B, H, T, d_head); mask_mod: see :func:`spanviz.local_global.head_mask_mod`.
     Returns:
-        out (B, H, T, d_head), equal to :func:`spanviz.local_global.sdpa_attention` to fp32 tolerance.
+        out (B, H, T, d_head), equal to SDPA with the dense mask (:func:`spanviz.model.fused_attention`) to fp32
+        tolerance (tested).
     On CUDA it runs in autocast's dtype while autocast is on (FlexAttention is not an autocast op), else in
     the promoted dtype of q, k, v. Each new (shape, dtype, grad mode) compiles once more, up to
     :data:`FLEX_RECOMPILE_LIMIT` per process (see :func:`compiled_flex`).

@@ -11,7 +11,8 @@ import numpy as np
 import plotly.graph_objects as go
 
 from spanviz import plots
-from spanviz.local_global import LogitProbe, head_labels, head_masks
+from spanviz.local_global import LogitProbe
+from spanviz.local_global.demos import head_labels, head_masks
 from spanviz.model import GPTConfig
 from spanviz.runner import TrainerLike
 from spanviz.train import TrainConfig

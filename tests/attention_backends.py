@@ -1,10 +1,11 @@
-"""Masked attention as plain functions of (q, k, v, mask_mod), for tests, benchmarks and notebooks without a model.
+"""Test helpers: masked attention as plain functions of (q, k, v, mask_mod), through the model's own attention code.
 
-There is one attention implementation, :mod:`spanviz.model`'s: these functions check the shapes and call the
+There is one attention implementation, :mod:`spanviz.model`'s. These wrappers check the shapes and call the
 functions that :class:`spanviz.model.Attention` itself runs — its explicit path
 (:func:`spanviz.model.explicit_attention`: scores, additive mask, softmax; exposes the logits) and its fused path
 (:func:`spanviz.model.fused_attention`: SDPA with the boolean mask, or FlexAttention). All backends compute the
-same function (tested to fp32 tolerance, forward and backward).
+same function (tested to fp32 tolerance, forward and backward). Only the tests use them,
+so they live with the tests, above the model (no package cycle).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def explicit_attention(
 
     Args:
         q, k, v: (B, H, T, d_head) (v may have its own last dimension). mask_mod: see
-            :func:`spanviz.local_global.head_mask_mod`.
+            :func:`spanviz.local_global.core.head_mask_mod`.
         return_scores: also return the pre-mask scores S (B, H, T, T) — the logits the probes measure.
     Returns:
         out (B, H, T, d_v), or (out, S) with ``return_scores``. Differentiable (CPU and GPU).
@@ -48,7 +49,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask_mod: MaskMod, backend: str =
     """Masked attention through one of :data:`BACKENDS` ("explicit", "sdpa", "flex"); same function.
 
     "sdpa" is ``F.scaled_dot_product_attention`` with the boolean (H, T, T) mask of ``mask_mod`` (``is_causal``
-    for the plain causal predicate); "flex" is :func:`spanviz.local_global.flex_attention`.
+    for the plain causal predicate); "flex" is :func:`spanviz.local_global.flex.flex_attention`.
 
     Args/Returns: as :func:`explicit_attention`. Raises: ValueError for an unknown backend (or as the
     chosen backend raises).
