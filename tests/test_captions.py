@@ -10,7 +10,8 @@ import statistics
 import numpy as np
 import pytest
 
-from spanviz import fp8, plots, widgets
+from spanviz import plots, widgets
+from spanviz.fp8.demos import BoundsVsRank
 from spanviz.model import GPTConfig
 from spanviz.widgets import captions
 
@@ -90,7 +91,7 @@ def test_fp8_caption_counts_are_the_strip_and_overflow_rows():
 
 
 def test_bounds_caption_numbers_are_the_bounds_vs_rank_figure():
-    view = fp8.BoundsVsRank(64, 16, 64)
+    view = BoundsVsRank(64, 16, 64)
     curves = view.curves(1e-3, 0, 16)
     sigma = [row["sigma"] for row in view.rows(1e-3)]
     t = text(captions.bounds_caption(curves, sigma=sigma, d=64, d_head=16, delta=1e-3, n_keys=64))

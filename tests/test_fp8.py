@@ -13,6 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spanviz import fp8
+from spanviz.fp8.casting import utilisation
+from spanviz.fp8.core import (
+    EXACT_METHODS, FORMATS, FP8_MAX, alpha_agnostic, alpha_star, scale_from_bound, solve_gamma, worst_case_bound,
+)
+from spanviz.fp8.demos import BOUND_KEYS, bound_scales, bounds_at_delta
+from spanviz.fp8.folding import fold_qk, layer_sigma, normalized_input
+from spanviz.fp8.power import PowerIteration
+from spanviz.fp8.scaling import AMAX_EPS, CalibratedAlpha, DelayedScaling, STRATEGIES, dynamic_scale, strategy_alpha
 from spanviz.model import GPTConfig, TinyGPT
 
 
@@ -33,7 +41,7 @@ SHAPES = [(4, 4, 48, 12), (8, 2, 64, 16), (6, 1, 40, 8), (2, 2, 6, 10)]  # (n_he
 
 @pytest.mark.parametrize(
     "n_head,n_kv_head,d,dh,method",
-    [(*shape, m) for shape in SHAPES for m in fp8.EXACT_METHODS],  # (2, 2, 6, 10): d < d_head, "auto" falls back
+    [(*shape, m) for shape in SHAPES for m in EXACT_METHODS],  # (2, 2, 6, 10): d < d_head, "auto" falls back
 )
 def test_exact_spectral_norm_matches_dense_product(n_head, n_kv_head, d, dh, method):
     gen = torch.Generator().manual_seed(n_head * 100 + d)
@@ -90,7 +98,7 @@ def test_spectral_norm_shape_errors():
     with pytest.raises(ValueError, match="W_Q"):
         fp8.spectral_norms_exact(torch.randn(8, 2), torch.randn(1, 8, 2))
     with pytest.raises(ValueError, match="n_iter"):
-        fp8.PowerIteration(n_iter=0)
+        PowerIteration(n_iter=0)
 
 
 def test_power_iteration_underestimates_and_converges_with_warm_start():
@@ -98,7 +106,7 @@ def test_power_iteration_underestimates_and_converges_with_warm_start():
     W_Q = torch.randn(8, 64, 16, generator=gen, dtype=torch.float64)
     W_K = torch.randn(2, 64, 16, generator=gen, dtype=torch.float64)  # grouped-query, 4 heads per KV head
     exact = fp8.spectral_norms_exact(W_Q, W_K)
-    pi = fp8.PowerIteration(n_iter=1, seed=0)
+    pi = PowerIteration(n_iter=1, seed=0)
     previous = torch.zeros_like(exact)
     ratios = []
     for _ in range(300):
@@ -121,15 +129,15 @@ def test_power_iteration_underestimates_and_converges_with_warm_start():
 # ----------------------------------------------------------------------------------------------- bounds
 def test_solve_gamma_solves_its_equation_and_validates():
     for r, n, delta in [(64, 1024, 1e-3), (1, 10, 0.5), (128, 10**6, 1e-9)]:
-        g = fp8.solve_gamma(r, n, delta)
+        g = solve_gamma(r, n, delta)
         assert g > 1
         assert (r / 2) * (g - 1 - math.log(g)) == pytest.approx(math.log(2 * n / delta), rel=1e-9)
-    assert fp8.solve_gamma(4, 100, 1e-3) > fp8.solve_gamma(32, 100, 1e-3)  # lower rank ⇒ larger γ
+    assert solve_gamma(4, 100, 1e-3) > solve_gamma(32, 100, 1e-3)  # lower rank ⇒ larger γ
     for bad in (0.0, 1.0, -0.1, 2, float("nan")):
         with pytest.raises(ValueError, match="delta"):
-            fp8.solve_gamma(8, 10, bad)
+            solve_gamma(8, 10, bad)
     with pytest.raises(ValueError, match="r must"):
-        fp8.solve_gamma(0, 10, 1e-3)
+        solve_gamma(0, 10, 1e-3)
 
 
 def test_doc_numbers_gamma_and_tightening_factors():
@@ -140,11 +148,11 @@ def test_doc_numbers_gamma_and_tightening_factors():
     """
     delta = 1e-3
     n_xl = int(math.exp(31.0) * delta / 2)
-    g_xl = fp8.solve_gamma(64, n_xl, delta)
+    g_xl = solve_gamma(64, n_xl, delta)
     assert g_xl == pytest.approx(3.1, abs=0.01)
     assert 1600 / (g_xl * 64) == pytest.approx(8.0, abs=0.15)
     n_70b = int(math.exp(29.9) * delta / 2)
-    g_70b = fp8.solve_gamma(128, n_70b, delta)
+    g_70b = solve_gamma(128, n_70b, delta)
     assert g_70b == pytest.approx(2.3, abs=0.01)
     assert 8192 / (g_70b * 128) == pytest.approx(28.0, abs=0.5)
     # Magnitude ratio of the two max-logit bounds is the square root of the exponent ratio.
@@ -168,7 +176,7 @@ def test_bound_closed_forms():
     assert b["rank_aware"] < b["agnostic"] < b["worst_case"]
     # General form α*·B_wc with ρ² != d and r < d_head.
     b2 = fp8.logit_bounds(sigma, d, dh, r=8, n_pairs=K, n_keys=N, delta=delta, rho2=d + 1)
-    g8 = fp8.solve_gamma(8, N, delta)
+    g8 = solve_gamma(8, N, delta)
     assert b2["rank_aware"] == pytest.approx(math.sqrt(2 * g8 * 8 * L) / d * (d + 1) * sigma / math.sqrt(dh))
     # Tail bounds never exceed the deterministic one (cap).
     tiny = fp8.logit_bounds(1.0, 4, 4, n_pairs=10**6, n_keys=1000, delta=1e-6)
@@ -188,9 +196,9 @@ def test_bound_argument_errors():
     with pytest.raises(ValueError, match="sigma"):
         fp8.logit_bounds(-1.0, 64, 16, n_pairs=10, n_keys=10)
     with pytest.raises(ValueError, match="gamma"):
-        fp8.alpha_star(64, 8, 10, 10, 1e-3, gamma=0.5)
+        alpha_star(64, 8, 10, 10, 1e-3, gamma=0.5)
     with pytest.raises(ValueError, match="n_pairs"):
-        fp8.alpha_agnostic(64, 0, 1e-3)
+        alpha_agnostic(64, 0, 1e-3)
 
 
 @pytest.mark.parametrize("r", [16, 4])
@@ -256,10 +264,10 @@ def test_folded_weights_reproduce_model_logits(cfg_kwargs):
     idx = torch.randint(0, 50, (3, 16), generator=torch.Generator().manual_seed(1))
     inputs, cache = _block_inputs(model, idx)
     for i, block in enumerate(model.blocks):
-        folded = fp8.fold_qk(block)
+        folded = fold_qk(block)
         assert folded.augmented == cfg_kwargs["bias"]
         assert folded.d_in == 32 + int(cfg_kwargs["bias"]) and folded.rho2 == folded.d_in
-        x_t = fp8.normalized_input(inputs[i], block.ln_1, folded.augmented)  # (B, T, d_in)
+        x_t = normalized_input(inputs[i], block.ln_1, folded.augmented)  # (B, T, d_in)
         norms2 = (x_t**2).sum(-1)
         assert float(norms2.max()) <= folded.rho2 + 1e-4
         # ‖x̂‖² = d · var/(var + eps) exactly: d up to eps (visible here: the init residual stream is tiny)
@@ -271,16 +279,16 @@ def test_folded_weights_reproduce_model_logits(cfg_kwargs):
         S = q @ k.transpose(-1, -2) / math.sqrt(folded.d_head)
         torch.testing.assert_close(S, cache[f"blocks.{i}.attn.hook_attn_scores"], rtol=1e-4, atol=1e-4)
         # The worst-case bound holds on every pair of the real model.
-        sigma, _ = fp8.layer_sigma(block)
-        assert float(S.abs().max()) <= fp8.worst_case_bound(sigma, folded.d_head, folded.rho2)
+        sigma, _ = layer_sigma(block)
+        assert float(S.abs().max()) <= worst_case_bound(sigma, folded.d_head, folded.rho2)
     expected_rank = {None: 8}.get(cfg_kwargs.get("qk_rank"), min(8, cfg_kwargs.get("qk_rank", 8) + 1))
-    assert fp8.fold_qk(model.blocks[0]).rank == expected_rank
+    assert fold_qk(model.blocks[0]).rank == expected_rank
 
 
 def test_qk_norm_is_rejected():
     model = TinyGPT(GPTConfig(vocab_size=20, context_length=8, n_layer=1, n_head=2, d_model=8, qk_norm=True))
     with pytest.raises(ValueError, match="qk_norm"):
-        fp8.fold_qk(model.blocks[0])
+        fold_qk(model.blocks[0])
     trainer = SimpleNamespace(model=model, probe_batch=(torch.zeros(1, 8, dtype=torch.long), None))
     with pytest.raises(ValueError, match="qk_norm"):
         fp8.FP8Probe()(trainer)
@@ -301,13 +309,13 @@ def test_geometry_scale_formula_margin_rounding_and_errors():
         with pytest.raises(ValueError, match=field):
             fp8.geometry_scale(1.0, 16, 64.0, **kwargs)
     with pytest.raises(ValueError, match="strategy"):
-        fp8.strategy_alpha("delayed", 64, 16, 100, 10, 1e-3)
-    assert fp8.strategy_alpha("deterministic", 64, 16, 100, 10, 1e-3) == 1.0
-    assert fp8.strategy_alpha("theory", 64, 16, 100, 10, 1e-3) == pytest.approx(fp8.alpha_star(64, 16, 100, 10, 1e-3))
+        strategy_alpha("delayed", 64, 16, 100, 10, 1e-3)
+    assert strategy_alpha("deterministic", 64, 16, 100, 10, 1e-3) == 1.0
+    assert strategy_alpha("theory", 64, 16, 100, 10, 1e-3) == pytest.approx(alpha_star(64, 16, 100, 10, 1e-3))
 
 
 def test_calibrated_alpha_burn_in_raise_and_decay():
-    cal = fp8.CalibratedAlpha(kappa=2.0, burn_in=3, decay=0.5)
+    cal = CalibratedAlpha(kappa=2.0, burn_in=3, decay=0.5)
     for obs in (0.05, 0.1, 0.02):
         assert cal.alpha == 1.0  # safe during burn-in
         cal.update(obs)
@@ -320,13 +328,13 @@ def test_calibrated_alpha_burn_in_raise_and_decay():
     assert cal.alpha == 1.0  # capped at the deterministic α
     for kwargs, field in [(dict(kappa=0.5), "kappa"), (dict(burn_in=-1), "burn_in"), (dict(decay=0.0), "decay")]:
         with pytest.raises(ValueError, match=field):
-            fp8.CalibratedAlpha(**kwargs)
+            CalibratedAlpha(**kwargs)
     with pytest.raises(ValueError, match="alpha_obs"):
         cal.update(float("nan"))
 
 
 def test_delayed_scaling_transformer_engine_semantics():
-    ds = fp8.DelayedScaling(history_len=3, margin=0, algo="max")
+    ds = DelayedScaling(history_len=3, margin=0, algo="max")
     assert ds.scale == 1.0 and ds.amax_ref is None  # TE default before any history
     assert ds.step(10.0) == 1.0  # the scale for a step is computed before its amax is recorded
     assert ds.scale == pytest.approx(44.8)
@@ -338,7 +346,7 @@ def test_delayed_scaling_transformer_engine_semantics():
     # A jump above the history overflows under delayed scaling.
     s = ds.step(200.0)
     assert fp8.count_overflow(torch.tensor([200.0]), s) == 1
-    recent = fp8.DelayedScaling(history_len=8, margin=1, algo="most_recent", fmt="e5m2")
+    recent = DelayedScaling(history_len=8, margin=1, algo="most_recent", fmt="e5m2")
     recent.update(100.0)
     recent.update(1.0)
     assert recent.scale == pytest.approx(57344 / 1.0 / 2)
@@ -349,12 +357,12 @@ def test_delayed_scaling_transformer_engine_semantics():
     bad = [(dict(history_len=0), "history_len"), (dict(algo="mean"), "algo"), (dict(margin=-1), "margin")]
     for kwargs, field in bad:
         with pytest.raises(ValueError, match=field):
-            fp8.DelayedScaling(**kwargs)
+            DelayedScaling(**kwargs)
 
 
 def test_delayed_scaling_skips_nan_amax_like_transformer_engine():
     """TE reduces the history with fmaxf (from 0), which skips NaN: one NaN amax must not freeze the scale."""
-    ds = fp8.DelayedScaling(history_len=4)
+    ds = DelayedScaling(history_len=4)
     ds.update(float("nan"))
     assert ds.amax_ref == 0.0 and ds.scale == 1.0  # only NaN so far: amax_ref 0, the scale is kept
     ds.update(10.0)  # Python's max([nan, 10]) is nan: the scale would stay 1 until the NaN left the history
@@ -368,7 +376,7 @@ def test_delayed_scaling_skips_nan_amax_like_transformer_engine():
 # -------------------------------------------------------------------------------------- FP8 mechanics
 @pytest.mark.parametrize("fmt,rel", [("e4m3", 2**-4), ("e5m2", 2**-3)])
 def test_fake_quantize_round_trip_and_saturation(fmt, rel):
-    fmax = fp8.FP8_MAX[fmt]
+    fmax = FP8_MAX[fmt]
     gen = torch.Generator().manual_seed(4)
     scale = 3.0
     x = torch.exp(torch.empty(1000).uniform_(-3, math.log(fmax / scale) - 0.01, generator=gen))  # normal range
@@ -386,11 +394,11 @@ def test_fake_quantize_round_trip_and_saturation(fmt, rel):
 
 @pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
 def test_count_overflow_is_independent_of_cast_behaviour(fmt):
-    fmax = fp8.FP8_MAX[fmt]
+    fmax = FP8_MAX[fmt]
     # Just above fmax (a cast rounds these down to fmax), far above, and inf: all outside the range.
     over = torch.tensor([fmax * 1.001, -fmax * 1.01, fmax * 100, float("inf")])
     fine = torch.tensor([fmax, -fmax, 0.0, 1.0])
-    raw = over.to(fp8.FORMATS[fmt]).float()
+    raw = over.to(FORMATS[fmt]).float()
     # Whatever this torch build does on overflow (saturate to ±fmax, NaN, inf, round down) ...
     assert bool(((raw.abs() == fmax) | ~torch.isfinite(raw)).all())
     # ... the count on the scaled values before the cast sees every one of them.
@@ -401,7 +409,7 @@ def test_count_overflow_is_independent_of_cast_behaviour(fmt):
     mask = torch.tensor([True, False, True, False])
     assert fp8.count_overflow(over, 1.0, fmt, mask=mask, count="range") == 2
     assert fp8.count_overflow(torch.tensor([float("nan")]), 1.0, fmt) == 0
-    assert fp8.utilisation(fmax / 4, 2.0, fmt) == pytest.approx(0.5)
+    assert utilisation(fmax / 4, 2.0, fmt) == pytest.approx(0.5)
     with pytest.raises(ValueError, match="count"):
         fp8.count_overflow(over, 1.0, fmt, count="after")
 
@@ -430,7 +438,7 @@ def _trainer(model: TinyGPT, B: int = 2, T: int = 16, seed: int = 0) -> SimpleNa
 def test_fp8_probe_keys_values_and_deterministic_safety():
     model = _perturbed_model(bias=True, n_local=2, window=4).train()
     trainer = _trainer(model)
-    probe = fp8.FP8Probe(every=1, delta=1e-3, margin=0, strategies=fp8.STRATEGIES, burn_in=2)
+    probe = fp8.FP8Probe(every=1, delta=1e-3, margin=0, strategies=STRATEGIES, burn_in=2)
     assert probe.name == "fp8" and probe.every == 1
     row = probe(trainer)
     assert model.training  # mode restored
@@ -497,26 +505,26 @@ def test_dynamic_scale_is_fmax_over_amax_and_never_overflows(exponent, n, seed, 
     magnitude = 10.0**exponent if dtype is not torch.float16 else 10.0 ** max(-4, min(exponent, 4))
     x = (torch.randn(n, generator=gen, dtype=torch.float64) * magnitude).to(dtype)  # any size, sign and dtype
     amax = float(x.abs().max())
-    s = fp8.dynamic_scale(amax, margin=margin, fmt=fmt)
-    if amax >= fp8.AMAX_EPS:
-        assert s == fp8.FP8_MAX[fmt] / amax / 2**margin  # exactly the current amax's scale
+    s = dynamic_scale(amax, margin=margin, fmt=fmt)
+    if amax >= AMAX_EPS:
+        assert s == FP8_MAX[fmt] / amax / 2**margin  # exactly the current amax's scale
     assert fp8.count_overflow(x, s, fmt) == 0  # by construction: max |x·s| = fmax / 2^margin
-    assert fp8.utilisation(amax, s, fmt) <= 1.0 + 1e-6
+    assert utilisation(amax, s, fmt) <= 1.0 + 1e-6
 
 
 def test_dynamic_scale_edges_and_the_non_finite_exception():
-    assert fp8.dynamic_scale(torch.tensor(2.0)) == 224.0
+    assert dynamic_scale(torch.tensor(2.0)) == 224.0
     zeros = torch.zeros(8)
-    s = fp8.dynamic_scale(float(zeros.abs().max()))
-    assert s == 448.0 / fp8.AMAX_EPS and fp8.count_overflow(zeros, s) == 0  # all zero: large, finite, safe
+    s = dynamic_scale(float(zeros.abs().max()))
+    assert s == 448.0 / AMAX_EPS and fp8.count_overflow(zeros, s) == 0  # all zero: large, finite, safe
     for bad in (math.inf, math.nan):  # an inf (or NaN) among the scores: no scale can hold it
-        assert fp8.dynamic_scale(bad) == 1.0
+        assert dynamic_scale(bad) == 1.0
     x = torch.tensor([1.0, 3.0, math.inf])
-    assert fp8.count_overflow(x, fp8.dynamic_scale(float(x.abs().max()))) >= 1  # the exception: non-finite input
+    assert fp8.count_overflow(x, dynamic_scale(float(x.abs().max()))) >= 1  # the exception: non-finite input
     for kwargs, field in [(dict(amax=-1.0), "amax"), (dict(amax=-math.inf), "amax"),
                           (dict(amax=1.0, margin=-1), "margin"), (dict(amax=1.0, fmt="e3m4"), "fmt")]:
         with pytest.raises(ValueError, match=field):
-            fp8.dynamic_scale(**kwargs)
+            dynamic_scale(**kwargs)
 
 
 def test_fp8_probe_dynamic_never_overflows_where_delayed_does_and_with_dynamic_agrees():
@@ -572,20 +580,20 @@ def test_random_bounds_vs_rank():
 
 def test_scale_from_bound_and_bound_scales_table():
     """The scale each bound gives (notebook 03's table): s = fmax / (2^margin · B), range used = observed · s / fmax."""
-    assert fp8.scale_from_bound(8.0) == 448 / 8.0
-    assert fp8.scale_from_bound(8.0, margin=1, fmt="e5m2") == 57344 / 16.0
-    assert fp8.scale_from_bound(3.0, power_of_two=True) == 128.0  # 149.3 rounded down
-    assert fp8.scale_from_bound(0.0) == 1.0  # all logits 0: any scale is safe
+    assert scale_from_bound(8.0) == 448 / 8.0
+    assert scale_from_bound(8.0, margin=1, fmt="e5m2") == 57344 / 16.0
+    assert scale_from_bound(3.0, power_of_two=True) == 128.0  # 149.3 rounded down
+    assert scale_from_bound(0.0) == 1.0  # all logits 0: any scale is safe
     # the geometry-aware scale is the scale of the bound α·B_wc
-    b_wc = fp8.worst_case_bound(2.0, 16, 64.0)
-    assert fp8.geometry_scale(2.0, 16, 64.0, alpha=0.25, margin=1) == fp8.scale_from_bound(0.25 * b_wc, margin=1)
+    b_wc = worst_case_bound(2.0, 16, 64.0)
+    assert fp8.geometry_scale(2.0, 16, 64.0, alpha=0.25, margin=1) == scale_from_bound(0.25 * b_wc, margin=1)
     for kwargs, field in [(dict(bound=-1.0), "bound"), (dict(bound=1.0, margin=-1), "margin"),
                           (dict(bound=1.0, fmt="e3m4"), "fmt")]:
         with pytest.raises(ValueError, match=field):
-            fp8.scale_from_bound(**kwargs)
+            scale_from_bound(**kwargs)
     row = fp8.random_bounds_vs_rank(64, 16, [4])[0]
-    table = fp8.bound_scales(row, margin=2)
-    assert list(table) == list(fp8.BOUND_KEYS) == ["worst_case", "agnostic", "rank_aware"]
+    table = bound_scales(row, margin=2)
+    assert list(table) == list(BOUND_KEYS) == ["worst_case", "agnostic", "rank_aware"]
     for key, entry in table.items():
         assert entry["bound"] == row[key]
         assert entry["scale"] == pytest.approx(448 / (4 * row[key]), rel=1e-15)
@@ -600,13 +608,13 @@ def test_bounds_at_delta_equals_a_fresh_draw_at_that_delta():
     rows = fp8.random_bounds_vs_rank(64, 16, range(1, 17), delta=1e-3, n_tokens=32)
     before = [dict(r) for r in rows]
     for delta in (0.2, 1e-9):
-        again = fp8.bounds_at_delta(rows, 64, 16, delta=delta, n_tokens=32)
+        again = bounds_at_delta(rows, 64, 16, delta=delta, n_tokens=32)
         assert again == fp8.random_bounds_vs_rank(64, 16, range(1, 17), delta=delta, n_tokens=32)
         assert [list(r) for r in again] == [list(r) for r in before]  # same keys, same order
     assert rows == before
     assert again[0]["rank_aware"] > rows[0]["rank_aware"]  # smaller δ: a larger bound
     with pytest.raises(ValueError, match="delta"):
-        fp8.bounds_at_delta(rows, 64, 16, delta=0.0, n_tokens=32)
+        bounds_at_delta(rows, 64, 16, delta=0.0, n_tokens=32)
 
 
 def _timed(fn) -> float:
@@ -624,10 +632,10 @@ def test_cuda_matches_cpu():
     torch.testing.assert_close(
         fp8.spectral_norms_exact(W_Q.cuda(), W_K.cuda()).cpu(), fp8.spectral_norms_exact(W_Q, W_K), rtol=1e-4, atol=1e-4
     )
-    est = fp8.PowerIteration(n_iter=50)(W_Q.cuda(), W_K.cuda()).cpu()
+    est = PowerIteration(n_iter=50)(W_Q.cuda(), W_K.cuda()).cpu()
     assert bool((est <= fp8.spectral_norms_exact(W_Q, W_K) * (1 + 1e-5)).all())
     x = torch.randn(1000, generator=gen) * 100
-    for fmt in fp8.FORMATS:
+    for fmt in FORMATS:
         torch.testing.assert_close(fp8.fake_quantize(x.cuda(), 2.0, fmt).cpu(), fp8.fake_quantize(x, 2.0, fmt))
         assert fp8.count_overflow(x.cuda(), 2.0, fmt) == fp8.count_overflow(x, 2.0, fmt)
     model = _perturbed_model(bias=True).cuda()

@@ -25,6 +25,8 @@ from __future__ import annotations
 import torch
 
 from spanviz import fp8
+from spanviz.fp8.folding import fold_qk, layer_sigma
+from spanviz.fp8.power import PowerIteration
 from spanviz.bench.core import NOTEBOOK_BATCH, NOTEBOOK_CONFIG, make_train_step, measure
 from spanviz.model import GPTConfig, TinyGPT
 from spanviz.threads import torch_threads
@@ -71,22 +73,22 @@ def _bench(dev: torch.device, repeats: int, seed: int) -> dict:
     torch.manual_seed(seed)
     model = TinyGPT(cfg).to(dev)
     blocks = list(model.blocks)
-    iterations = [fp8.PowerIteration(n_iter=1, seed=i) for i in range(len(blocks))]
-    prefolded = [fp8.fold_qk(b) for b in blocks]
-    iterations_prefolded = [fp8.PowerIteration(n_iter=1, seed=i) for i in range(len(blocks))]
+    iterations = [PowerIteration(n_iter=1, seed=i) for i in range(len(blocks))]
+    prefolded = [fold_qk(b) for b in blocks]
+    iterations_prefolded = [PowerIteration(n_iter=1, seed=i) for i in range(len(blocks))]
 
     def exact() -> None:
         for b in blocks:
-            fp8.layer_sigma(b)
+            layer_sigma(b)
 
     def exact_householder() -> None:
         for b in blocks:
-            f = fp8.fold_qk(b)
+            f = fold_qk(b)
             fp8.spectral_norms_exact(f.W_Q, f.W_K, method="householder").max()
 
     def power_step() -> None:
         for b, pi in zip(blocks, iterations):
-            f = fp8.fold_qk(b)
+            f = fold_qk(b)
             pi(f.W_Q, f.W_K).max()
 
     def power_step_prefolded() -> None:
@@ -101,7 +103,7 @@ def _bench(dev: torch.device, repeats: int, seed: int) -> dict:
     med = {name: timings.median(name) for name in timings.wall}
     ratio = min(
         float((pi(f.W_Q, f.W_K) / fp8.spectral_norms_exact(f.W_Q, f.W_K)).min())
-        for pi, f in zip(iterations, (fp8.fold_qk(b) for b in blocks))
+        for pi, f in zip(iterations, (fold_qk(b) for b in blocks))
     )
     step = med["train_step"]
     result = {

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from spanviz.fp8.core import FORMATS, FP8_MAX, _as_float
+from spanviz.fp8.core import FORMATS, FP8_MAX
 from spanviz.validators import check_choice, check_float
 
 CAST_OVERFLOW: dict[str, tuple[float, bool]] = {"e4m3": (464.0, False), "e5m2": (61440.0, True)}
@@ -90,4 +90,4 @@ def utilisation(amax: float | Tensor, scale: float | Tensor, fmt: str = "e4m3") 
     Low utilisation wastes precision (values land among the subnormals); 1 is ideal.
     """
     # amax · s / fmax
-    return _as_float(amax) * _as_float(scale) / FP8_MAX[check_choice("fmt", fmt, FORMATS)]
+    return float(amax) * float(scale) / FP8_MAX[check_choice("fmt", fmt, FORMATS)]

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from spanviz.fp8.casting import utilisation
-from spanviz.fp8.core import _check_delta, logit_bounds, scale_from_bound
+from spanviz.fp8.core import check_delta, logit_bounds, scale_from_bound
 from spanviz.threads import torch_threads
 from spanviz.validators import check_int
 
@@ -51,7 +51,7 @@ def random_bounds_vs_rank(
     check_int("d_head", d_head, 1, d_model)
     check_int("n_tokens", n_tokens, 1)
     check_int("seed", seed, 0)
-    delta = _check_delta(delta)
+    delta = check_delta(delta)
     ranks = list(ranks)
     for r in ranks:
         check_int("r (in ranks)", r, 1, d_head)
@@ -106,8 +106,8 @@ def bound_scales(row: Mapping[str, float], margin: float = 0.0, fmt: str = "e4m3
     """For each bound of one rank's row: the bound, the FP8 scale picked from it, and the range it would use.
 
     Per key of :data:`BOUND_KEYS` ("worst_case" = the deterministic strategy, "agnostic", "rank_aware"):
-    ``bound`` B (logit units), ``scale`` s = fmax / (2^margin · B) (:func:`spanviz.fp8.scale_from_bound`;
-    1.0 when B = 0), ``utilisation`` = observed max |S| · s / fmax (:func:`spanviz.fp8.utilisation`; > 1
+    ``bound`` B (logit units), ``scale`` s = fmax / (2^margin · B) (:func:`spanviz.fp8.core.scale_from_bound`;
+    1.0 when B = 0), ``utilisation`` = observed max |S| · s / fmax (:func:`spanviz.fp8.casting.utilisation`; > 1
     means the observed logits would overflow). What notebook 03's scale table shows for the picked rank.
 
     Args:

@@ -51,7 +51,8 @@ class FoldedQK:
         return float(self.d_in)
 
 
-def _check_bilinear(attn: nn.Module) -> None:
+def check_bilinear(attn: nn.Module) -> None:
+    """Raise ValueError when ``attn`` uses QK-norm: its logits are then not bilinear in the layer input."""
     if getattr(attn, "q_norm", None) is not None or getattr(attn, "k_norm", None) is not None:
         raise ValueError(
             "qk_norm=True: the attention logits are not bilinear in the layer input, so the spectral "
@@ -77,7 +78,7 @@ def fold_qk(block: nn.Module) -> FoldedQK:
     ln, attn = block.ln_1, block.attn
     if not isinstance(ln, nn.LayerNorm):
         raise ValueError(f"block.ln_1 must be an nn.LayerNorm, got {type(ln).__name__}")
-    _check_bilinear(attn)
+    check_bilinear(attn)
     W_Q, b_Q, W_K, b_K = (None if t is None else t.detach() for t in attn.qk_weights())
     d = W_Q.shape[1]
     gain = ln.weight.detach() if ln.weight is not None else torch.ones(d, dtype=W_Q.dtype, device=W_Q.device)

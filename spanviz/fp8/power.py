@@ -10,14 +10,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from spanviz.fp8.core import _check_qk_shapes, _compute_dtype
+from spanviz.fp8.core import check_qk
 from spanviz.validators import check_int
 
 
 class PowerIteration:
-    """Implicit power iteration for σ_h = ‖W^Q_h W^K_{g(h)}ᵀ‖₂, batched over heads, warm-started.
+    """Implicit power iteration for σ_h = ‖W^Q_h W^K_hᵀ‖₂, batched over heads, warm-started.
 
-    One iteration: u ← A(Bᵀv)/‖·‖, w ← B(Aᵀu), σ̂ = ‖w‖, v ← w/σ̂ with A = W^Q_h, B = W^K_{g(h)}
+    One iteration: u ← A(Bᵀv)/‖·‖, w ← B(Aᵀu), σ̂ = ‖w‖, v ← w/σ̂ with A = W^Q_h, B = W^K_h
     (4·d_model·d_head multiply-adds per head). The state ``v`` (n_head, d_model) is kept between calls,
     like ``torch.nn.utils.spectral_norm``, so when the weights move little (one optimizer step) a single
     iteration per call tracks σ closely.
@@ -32,7 +32,7 @@ class PowerIteration:
         seed: seed for the random initial v (deterministic).
     Call:
         ``pi(W_Q, W_K) -> (n_head,)`` estimates; W_Q (n_head, d_model, d_head), W_K (n_kv_head, d_model,
-        d_head) as in :func:`spectral_norms_exact` (grouped-query: no copies of key weights).
+        d_head) as :func:`spanviz.fp8.core.check_qk` takes them (grouped-query key weights are repeated there).
     Raises:
         ValueError: bad n_iter or shapes.
     Source: standard power iteration; warm start as in arXiv 2602.18851 / torch spectral_norm.
@@ -50,10 +50,8 @@ class PowerIteration:
 
     @torch.no_grad()
     def __call__(self, W_Q: Tensor, W_K: Tensor) -> Tensor:
-        H, H_kv, d, dh = _check_qk_shapes(W_Q, W_K)
-        G = H // H_kv
-        A = _compute_dtype(W_Q.detach())
-        B = W_K.detach().to(A.dtype)
+        A, B = (W.detach() for W in check_qk(W_Q, W_K))  # (H, d_model, d_head) each
+        H, d, dh = A.shape
         v = self.v
         if v is None or v.shape != (H, d) or v.device != A.device or v.dtype != A.dtype:
             gen = torch.Generator().manual_seed(self.seed)
@@ -62,12 +60,13 @@ class PowerIteration:
         tiny = torch.finfo(A.dtype).tiny
         for _ in range(self.n_iter):
             # u ← M v / ‖M v‖ with M v = A(Bᵀv)
-            t = (v.view(H_kv, G, d) @ B).view(H, dh, 1)  # Bᵀv per head: (H, d_head, 1)
+            t = (v.unsqueeze(1) @ B).view(H, dh, 1)  # Bᵀv per head: (H, d_head, 1)
             u = (A @ t).squeeze(-1)  # (H, d_model) = M v
             u = u / u.norm(dim=-1, keepdim=True).clamp_min(tiny)
-            # w = Mᵀu = B(Aᵀu); σ̂ = ‖w‖; v ← w / σ̂
-            s = (u.unsqueeze(1) @ A).view(H_kv, G, dh)  # Aᵀu per head: (H_kv, G, d_head)
-            w = (s @ B.transpose(-1, -2)).view(H, d)  # Mᵀu: (H, d_model)
+            # w = Mᵀu = B(Aᵀu)
+            s = u.unsqueeze(1) @ A  # Aᵀu per head: (H, 1, d_head)
+            w = (s @ B.mT).squeeze(1)  # Mᵀu: (H, d_model)
+            # σ̂ = ‖w‖; v ← w / σ̂
             sigma = w.norm(dim=-1)  # (H,)
             v = w / sigma.clamp_min(tiny).unsqueeze(-1)
         self.v = v

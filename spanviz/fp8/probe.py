@@ -14,8 +14,8 @@ import torch
 from torch import Tensor, nn
 
 from spanviz.fp8.casting import count_overflow, utilisation
-from spanviz.fp8.core import FORMATS, _check_delta, geometry_scale, logit_bounds
-from spanviz.fp8.folding import _check_bilinear, layer_sigma
+from spanviz.fp8.core import FORMATS, check_delta, geometry_scale, logit_bounds
+from spanviz.fp8.folding import check_bilinear, layer_sigma
 from spanviz.fp8.scaling import STRATEGIES, CalibratedAlpha, DelayedScaling, dynamic_scale, strategy_alpha
 from spanviz.modes import eval_mode
 from spanviz.validators import check_choice, check_float, check_int
@@ -78,7 +78,7 @@ class FP8Probe:
         decay: float = 0.99,
     ) -> None:
         self.every = check_int("every", every, 1)
-        self.delta = _check_delta(delta)
+        self.delta = check_delta(delta)
         self.margin = check_float("margin", margin, 0.0)
         strategies = tuple(strategies) if isinstance(strategies, (list, tuple)) else (strategies,)
         bad = [s for s in strategies if not isinstance(s, str) or s not in STRATEGIES]
@@ -112,10 +112,8 @@ class FP8Probe:
     def state_dict(self) -> dict[str, Any]:
         """JSON-able state: per layer the delayed-scaling history and scale, and the calibration state."""
         return {
-            "delayed": [{"history": list(ds.history), "scale": ds.scale} for ds in self.delayed],
-            "calibrated": [
-                {"n_updates": c.n_updates, "max_obs": c.max_obs, "alpha": c.alpha} for c in self.calibrated
-            ],
+            "delayed": [ds.state_dict() for ds in self.delayed],
+            "calibrated": [c.state_dict() for c in self.calibrated],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -125,11 +123,9 @@ class FP8Probe:
             raise ValueError(f"state has {len(delayed)} delayed and {len(calibrated)} calibrated layers; must match")
         self._state(len(delayed))
         for ds, st in zip(self.delayed, delayed):
-            ds.history.clear()
-            ds.history.extend(float(a) for a in st["history"])
-            ds.scale = float(st["scale"])
+            ds.load_state_dict(st)
         for cal, st in zip(self.calibrated, calibrated):
-            cal.n_updates, cal.max_obs, cal._alpha = int(st["n_updates"]), float(st["max_obs"]), float(st["alpha"])
+            cal.load_state_dict(st)
 
     def _state(self, n_layer: int) -> None:
         if len(self.delayed) != n_layer:
@@ -144,7 +140,7 @@ class FP8Probe:
             got = getattr(x, "shape", x)
             raise ValueError(f"trainer.probe_batch[0] must be a (B, T) tensor of token ids, got {got}")
         for block in model.blocks:
-            _check_bilinear(block.attn)
+            check_bilinear(block.attn)
         with eval_mode(model):
             _, cache = model.run_with_cache(x, names=lambda n: n.endswith("hook_attn_scores"))
         self._state(len(model.blocks))

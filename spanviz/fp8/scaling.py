@@ -14,7 +14,7 @@ A strategy picks the scale for a step *before* that step's logits are seen:
   (max |S|) that must finish *before* the cast can start: one more pass over B·H·T² values, and across devices
   an all-reduce. The geometry-aware scales need only the weights, known before the forward pass.
 
-The geometry-aware scale itself is :func:`spanviz.fp8.core.geometry_scale`.
+The geometry-aware scale itself is :func:`spanviz.fp8.core.geometry_scale`; the α it takes comes from here.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections import deque
 
 import torch
 
-from spanviz.fp8.core import FORMATS, FP8_MAX, _as_float, alpha_agnostic, alpha_star
+from spanviz.fp8.core import FORMATS, FP8_MAX, alpha_agnostic, alpha_star
 from spanviz.validators import check_choice, check_float, check_int
 
 ALPHA_CHOICES = ("theory", "agnostic", "deterministic", "calibrated")
@@ -56,7 +56,7 @@ def dynamic_scale(amax: float | torch.Tensor, *, margin: float = 0.0, fmt: str =
     """
     fmax = FP8_MAX[check_choice("fmt", fmt, FORMATS)]
     margin = check_float("margin", margin, 0.0)
-    amax = _as_float(amax)
+    amax = float(amax)
     if math.isnan(amax) or math.isinf(amax):
         if amax < 0:
             raise ValueError(f"amax must be >= 0, got {amax}")
@@ -124,7 +124,7 @@ class CalibratedAlpha:
 
     def update(self, alpha_obs: float) -> float:
         """Record α_obs of the step just done; returns the α for the next step."""
-        alpha_obs = check_float("alpha_obs", _as_float(alpha_obs), 0.0)
+        alpha_obs = check_float("alpha_obs", float(alpha_obs), 0.0)
         self.n_updates += 1
         self.max_obs = max(self.max_obs, alpha_obs)
         if self.n_updates < self.burn_in:
@@ -137,6 +137,15 @@ class CalibratedAlpha:
             self._alpha = max(self.kappa * alpha_obs, self.decay * self._alpha)
         self._alpha = min(1.0, max(self._alpha, torch.finfo(torch.float32).tiny))
         return self._alpha
+
+    def state_dict(self) -> dict[str, int | float]:
+        """JSON-able state: ``n_updates``, ``max_obs`` and ``alpha`` (what a checkpoint resume restores)."""
+        return {"n_updates": self.n_updates, "max_obs": self.max_obs, "alpha": self._alpha}
+
+    def load_state_dict(self, state: dict[str, int | float]) -> None:
+        """Restore :meth:`state_dict` output."""
+        self.n_updates, self.max_obs = int(state["n_updates"]), float(state["max_obs"])
+        self._alpha = float(state["alpha"])
 
 
 class DelayedScaling:
@@ -178,7 +187,7 @@ class DelayedScaling:
 
     def update(self, amax: float) -> float:
         """Record this step's amax and recompute the scale for the next step; returns the new scale."""
-        amax = _as_float(amax)
+        amax = float(amax)
         if amax < 0:
             raise ValueError(f"amax must be >= 0, got {amax}")
         self.history.append(amax)
@@ -193,3 +202,13 @@ class DelayedScaling:
         scale = self.scale
         self.update(amax)
         return scale
+
+    def state_dict(self) -> dict[str, list[float] | float]:
+        """JSON-able state: the amax ``history`` (oldest first) and the current ``scale``."""
+        return {"history": list(self.history), "scale": self.scale}
+
+    def load_state_dict(self, state: dict[str, list[float] | float]) -> None:
+        """Restore :meth:`state_dict` output (the history keeps at most ``history_len`` amaxes)."""
+        self.history.clear()
+        self.history.extend(float(a) for a in state["history"])
+        self.scale = float(state["scale"])

@@ -11,6 +11,9 @@ import numpy as np
 import plotly.graph_objects as go
 
 from spanviz import fp8, plots
+from spanviz.fp8.casting import utilisation
+from spanviz.fp8.demos import BoundsVsRank
+from spanviz.fp8.scaling import dynamic_scale
 from spanviz.model import GPTConfig
 from spanviz.runner import TrainerLike
 from spanviz.train import TrainConfig
@@ -29,7 +32,7 @@ class FP8Panel(Panel):
 
     Analytic view (instant): for random weights of one head (d_model, d_head from ``model_cfg``) the worst
     case, rank-agnostic and rank-aware bounds (times 2^margin: the largest |S| the scale picked from each
-    holds) and the observed max |S| versus the rank r of W^Q W^Kᵀ (:class:`spanviz.fp8.BoundsVsRank`), the
+    holds) and the observed max |S| versus the rank r of W^Q W^Kᵀ (:class:`spanviz.fp8.demos.BoundsVsRank`), the
     picked r ringed, with the √(r/d_head) reference and a caption on γ(r); a table of the E4M3 scale each strategy
     would use at r with the δ and margin sliders (dynamic scaling beside them). Train: a TinyGPT with rank-r
     queries, an LR spike (× factor at a step), live observed max logit vs bounds, where it broke them, scales and
@@ -57,7 +60,7 @@ class FP8Panel(Panel):
         super().__init__(model_cfg, train_cfg, static)
         cfg = self.model_cfg
         dh = cfg.d_head
-        self.bounds = fp8.BoundsVsRank(cfg.d_model, dh, cfg.context_length, threads=ANALYTIC_THREADS)
+        self.bounds = BoundsVsRank(cfg.d_model, dh, cfg.context_length, threads=ANALYTIC_THREADS)
         c = self.controls
         c["rank"] = slider(W.IntSlider, "rank r", dh, min=1, max=dh)
         c["delta"] = slider(W.FloatLogSlider, "δ", 1e-3, base=10, min=-9, max=-1, step=0.5)
@@ -101,7 +104,7 @@ class FP8Panel(Panel):
 
     def rows(self) -> list[dict[str, float]]:
         """Bounds vs rank for r = 1..d_head at the current δ: ``fp8.random_bounds_vs_rank`` rows
-        (:meth:`spanviz.fp8.BoundsVsRank.rows`: the random draw is made once, a new δ re-evaluates only the
+        (:meth:`spanviz.fp8.demos.BoundsVsRank.rows`: the random draw is made once, a new δ re-evaluates only the
         bounds)."""
         return self.bounds.rows(float(self.controls["delta"].value))
 
@@ -114,8 +117,8 @@ class FP8Panel(Panel):
         delta, margin, r = self._settings()
         row = self.bounds.row(delta, r)
         amax = row["observed_max"]
-        dynamic = {"strategy": "dynamic", "bound": amax, "scale": fp8.dynamic_scale(amax, margin=margin)}
-        dynamic["used"] = fp8.utilisation(amax, dynamic["scale"])  # the scale from the observed max |S| itself
+        dynamic = {"strategy": "dynamic", "bound": amax, "scale": dynamic_scale(amax, margin=margin)}
+        dynamic["used"] = utilisation(amax, dynamic["scale"])  # the scale from the observed max |S| itself
         lines = [f"<tr><td>{s['strategy']}</td><td>{s['bound']:.3g}</td><td>{s['scale']:.3g}</td>"
                  f"<td>{s['used']:.1%}</td></tr>" for s in [*self.bounds.scales(delta, margin, r), dynamic]]
         self.scales.value = (
