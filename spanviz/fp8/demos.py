@@ -68,10 +68,13 @@ def random_bounds_vs_rank(
     XU = X @ U  # (n, d_head): queries in W^Q's left singular basis
     rows = []
     for r in ranks:
+        # σ_r = ‖W^Q_r W^Kᵀ‖₂ = ‖core[:r]‖₂ (the top-r rows of the QR core)
         sigma = float(torch.linalg.matrix_norm(core[:r], ord=2))
-        q = (XU[:, :r] * S[:r]) @ Vh[:r]  # = X @ W^Q_r
+        # q = X W^Q_r with W^Q_r = U_r diag(S_r) V_rᵀ
+        q = (XU[:, :r] * S[:r]) @ Vh[:r]  # (n, d_head)
         # max |S| = max |q kᵀ| / √d_head over all n² pairs
         observed = float((q @ K_proj.T).abs().max()) / math.sqrt(d_head)
+        # γ(r) and B_wc, B_agnostic, B_rank-aware at this σ_r (K = n², N = n)
         rows.append({"r": r, "sigma": sigma, **_rank_bounds(sigma, r, d_model, d_head, n_tokens, delta),
                      "observed_max": observed, "sqrt_r_over_d": math.sqrt(r / d_model)})
     return rows

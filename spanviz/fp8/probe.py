@@ -174,21 +174,27 @@ class FP8Probe:
         }
         for s in self.strategies:
             if s == "delayed":
+                # s = fmax / amax_ref / 2^margin from the amaxes of earlier probe calls
                 scale = self.delayed[i].step(amax)
             elif s == "dynamic":
+                # s = fmax / amax / 2^margin from this step's own amax
                 scale = dynamic_scale(amax, margin=self.margin, fmt=self.fmt)
             else:
+                # α: calibrated (chosen before this step) or α*(δ), α_agn(δ), 1
                 if s == "calibrated":
                     alpha = self.calibrated[i].alpha
                 else:
                     alpha = strategy_alpha(s, folded.d_in, folded.rank, n_pairs, n_keys, self.delta)
+                # s = fmax / (2^margin · α · ρ² σ / √d_head), from the weights alone
                 scale = geometry_scale(
                     sigma, folded.d_head, folded.rho2, alpha, margin=self.margin, fmt=self.fmt,
                     power_of_two=self.power_of_two,
                 )  # fmt: skip
                 if s == "calibrated" and bounds["worst_case"] > 0:
+                    # α_obs = max|S| / B_wc of this step, for the next step's α
                     self.calibrated[i].update(amax / bounds["worst_case"])
             row[f"scale/{s}"] = scale
+            # overflows: allowed logits with |S·s| > 464 (E4M3, before any cast); used range amax·s / 448
             row[f"overflow/{s}"] = count_overflow(logits, scale, self.fmt)
             row[f"utilisation/{s}"] = utilisation(amax, scale, self.fmt)
         return row

@@ -195,13 +195,16 @@ def _toy_band_fit(config: dict[str, Any], log_every: int) -> dict[str, Any]:
 
     record: dict[str, list] = {"step": [], "max_logit": [], "kl": []}
     for step in range(steps + 1):  # step s = the state after s Adam updates (0 = initialisation)
+        # KL(target ‖ softmax(Q Kᵀ/√r + mask)) and the logits Q Kᵀ/√r
         kl, logits = evaluate()
         if step % log_every == 0 or step == steps:
             record["step"].append(step)
+            # max |Q Kᵀ/√r| over allowed pairs
             record["max_logit"].append(float(logits.detach().abs().masked_fill(~allowed, 0.0).max()))
             record["kl"].append(float(kl.detach()))
         if step == steps:
             break
+        # one Adam step on Q, K (or the MLPs that make them) down ∂KL/∂θ
         opt.zero_grad(set_to_none=True)
         kl.backward()
         opt.step()
