@@ -58,9 +58,10 @@ def check_qk(W_Q: Tensor, W_K: Tensor) -> tuple[Tensor, Tensor]:
                          f"got {tuple(W_K.shape)}")
     if H_kv < 1 or H % H_kv:
         raise ValueError(f"n_kv_head (W_K.shape[0]) must divide n_head={H}, got {H_kv}")
-    A = W_Q if W_Q.dtype in (torch.float32, torch.float64) else W_Q.float()
-    B = W_K.to(A.dtype)
-    return A, (B if H_kv == H else B.repeat_interleave(H // H_kv, dim=0))
+    W_Q = W_Q if W_Q.dtype in (torch.float32, torch.float64) else W_Q.float()
+    W_K = W_K.to(W_Q.dtype)
+    # grouped-query: query head h reads KV head h // (H / H_kv)
+    return W_Q, (W_K if H_kv == H else W_K.repeat_interleave(H // H_kv, dim=0))
 
 
 # ------------------------------------------------------------------------------------------------ 1. spectral norms
@@ -79,30 +80,30 @@ def spectral_norms_exact(W_Q: Tensor, W_K: Tensor, method: str = "auto") -> Tens
     Raises: ValueError as :func:`check_qk` raises, or on an unknown method.
     Source: linear algebra (arXiv 2602.18851 names the QR-core method; CholeskyQR is spanviz's choice).
     """
-    A, B = check_qk(W_Q, W_K)
+    W_Q, W_K = check_qk(W_Q, W_K)
     check_choice("method", method, EXACT_METHODS)
-    sigma = _norms_cholesky(A, B) if method == "auto" else None
-    return sigma if sigma is not None else _norms_householder(A, B)
+    sigma = _norms_cholesky(W_Q, W_K) if method == "auto" else None
+    return sigma if sigma is not None else _norms_householder(W_Q, W_K)
 
 
-def _norms_cholesky(A: Tensor, B: Tensor) -> Tensor | None:
-    """σ_h = σ_max(A_h L_h) with B_hᵀ B_h = L_h L_hᵀ; None when some Cholesky fails. A, B: (H, d, d_head)."""
-    # B_hᵀ B_h = L_h L_hᵀ (the key Gram), so R_B = L_hᵀ
-    L, info = torch.linalg.cholesky_ex(B.mT @ B)  # (H, d_head, d_head)
+def _norms_cholesky(W_Q: Tensor, W_K: Tensor) -> Tensor | None:
+    """σ_h = σ_max(W^Q_h L_h), W^K_hᵀ W^K_h = L_h L_hᵀ; None when a Cholesky fails. W_Q, W_K: (H, d, d_head)."""
+    # W^K_hᵀ W^K_h = L_h L_hᵀ (the key Gram), so R_B = L_hᵀ
+    L, info = torch.linalg.cholesky_ex(W_K.mT @ W_K)  # (H, d_head, d_head)
     if bool(info.any()):
         return None
     # X_h = W^Q_h L_h
-    X = A @ L  # (H, d_model, d_head)
+    X = W_Q @ L  # (H, d_model, d_head)
     # σ_h² = λ_max(X_hᵀ X_h), the largest eigenvalue of a d_head×d_head symmetric matrix
     lam_max = torch.linalg.eigvalsh(X.mT @ X)[..., -1]  # (H,)
     return lam_max.clamp_min(0).sqrt()
 
 
-def _norms_householder(A: Tensor, B: Tensor) -> Tensor:
-    """σ_h = ‖R_A,h R_B,hᵀ‖₂ from Householder thin QR of both sides. A, B: (H, d, d_head)."""
+def _norms_householder(W_Q: Tensor, W_K: Tensor) -> Tensor:
+    """σ_h = ‖R_A,h R_B,hᵀ‖₂ from Householder thin QR of both sides. W_Q, W_K: (H, d, d_head)."""
     # W^Q_h = Q_A R_A, W^K_h = Q_B R_B (thin QR; the orthonormal factors do not change the norm)
-    R_A = torch.linalg.qr(A, mode="r")[1]  # (H, k, d_head), k = min(d_model, d_head)
-    R_B = torch.linalg.qr(B, mode="r")[1]  # (H, k, d_head)
+    R_A = torch.linalg.qr(W_Q, mode="r")[1]  # (H, k, d_head), k = min(d_model, d_head)
+    R_B = torch.linalg.qr(W_K, mode="r")[1]  # (H, k, d_head)
     # σ_h = ‖R_A,h R_B,hᵀ‖₂
     return torch.linalg.matrix_norm(R_A @ R_B.mT, ord=2)  # (H,)
 

@@ -17,7 +17,7 @@ from spanviz.validators import check_int
 class PowerIteration:
     """Implicit power iteration for σ_h = ‖W^Q_h W^K_hᵀ‖₂, batched over heads, warm-started.
 
-    One iteration: u ← A(Bᵀv)/‖·‖, w ← B(Aᵀu), σ̂ = ‖w‖, v ← w/σ̂ with A = W^Q_h, B = W^K_h
+    One iteration: u ← W^Q(W^Kᵀv)/‖·‖, w ← W^K(W^Qᵀu), σ̂ = ‖w‖, v ← w/σ̂ per head h
     (4·d_model·d_head multiply-adds per head). The state ``v`` (n_head, d_model) is kept between calls,
     like ``torch.nn.utils.spectral_norm``, so when the weights move little (one optimizer step) a single
     iteration per call tracks σ closely.
@@ -50,22 +50,22 @@ class PowerIteration:
 
     @torch.no_grad()
     def __call__(self, W_Q: Tensor, W_K: Tensor) -> Tensor:
-        A, B = (W.detach() for W in check_qk(W_Q, W_K))  # (H, d_model, d_head) each
-        H, d, dh = A.shape
+        W_Q, W_K = (W.detach() for W in check_qk(W_Q, W_K))  # (H, d_model, d_head) each
+        H, d, dh = W_Q.shape
         v = self.v
-        if v is None or v.shape != (H, d) or v.device != A.device or v.dtype != A.dtype:
+        if v is None or v.shape != (H, d) or v.device != W_Q.device or v.dtype != W_Q.dtype:
             gen = torch.Generator().manual_seed(self.seed)
-            v = torch.randn(H, d, generator=gen, dtype=torch.float64).to(device=A.device, dtype=A.dtype)
+            v = torch.randn(H, d, generator=gen, dtype=torch.float64).to(device=W_Q.device, dtype=W_Q.dtype)
             v = v / v.norm(dim=-1, keepdim=True)
-        tiny = torch.finfo(A.dtype).tiny
+        tiny = torch.finfo(W_Q.dtype).tiny
         for _ in range(self.n_iter):
-            # u ← M v / ‖M v‖ with M v = A(Bᵀv)
-            t = (v.unsqueeze(1) @ B).view(H, dh, 1)  # Bᵀv per head: (H, d_head, 1)
-            u = (A @ t).squeeze(-1)  # (H, d_model) = M v
+            # u ← M v / ‖M v‖ with M v = W^Q (W^Kᵀ v)
+            t = (v.unsqueeze(1) @ W_K).view(H, dh, 1)  # W^Kᵀ v per head: (H, d_head, 1)
+            u = (W_Q @ t).squeeze(-1)  # (H, d_model) = M v
             u = u / u.norm(dim=-1, keepdim=True).clamp_min(tiny)
-            # w = Mᵀu = B(Aᵀu)
-            s = u.unsqueeze(1) @ A  # Aᵀu per head: (H, 1, d_head)
-            w = (s @ B.mT).squeeze(1)  # Mᵀu: (H, d_model)
+            # w = Mᵀu = W^K (W^Qᵀ u)
+            s = u.unsqueeze(1) @ W_Q  # W^Qᵀ u per head: (H, 1, d_head)
+            w = (s @ W_K.mT).squeeze(1)  # Mᵀu: (H, d_model)
             # σ̂ = ‖w‖; v ← w / σ̂
             sigma = w.norm(dim=-1)  # (H,)
             v = w / sigma.clamp_min(tiny).unsqueeze(-1)
