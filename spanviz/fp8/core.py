@@ -234,14 +234,13 @@ def logit_bounds(sigma: float | Tensor, d: int, d_head: int, *, r: int | None = 
     Source: worst case exact; the two tail bounds are a **spanviz reconstruction** of arXiv 2602.18851.
     """
     check_int("d_head", d_head, 1)
-    r = d_head if r is None else check_int("r", r, 1, d_head)
+    check_int("d", d, 1)
+    r = check_int("r", d_head if r is None else r, 1, min(d_head, d))
     sigma = check_float("sigma", float(sigma), 0.0)
     rho2 = check_float("rho2", float(d) if rho2 is None else rho2, 0.0, low_open=True)
+    check_int("n_pairs", n_pairs, 1)
     check_int("n_keys", n_keys, 1)
     delta = check_delta(delta)
-    check_int("d", d, 1)
-    check_int("n_pairs", n_pairs, 1)
-    check_int("r", r, 1, d)
     gamma = _solve_gamma(r, n_keys, delta)
     a_agn, a_star = _alpha_agnostic(d, n_pairs, delta), _alpha_star(d, r, n_pairs, delta, gamma)
     b_wc = _worst_case(sigma, d_head, rho2)
