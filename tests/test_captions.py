@@ -14,6 +14,9 @@ from spanviz import plots, widgets
 from spanviz.fp8.demos import BoundsVsRank
 from spanviz.model import GPTConfig
 from spanviz.widgets import captions
+from spanviz.plots.common import COLORS
+from spanviz.plots.curves import loss_curves_data, relative_change_data
+from spanviz.plots.fp8 import bound_vs_rank_data, fp8_panel_data
 
 SMALL = GPTConfig(vocab_size=64, context_length=24, n_layer=1, n_head=2, d_model=32)  # d_head 16 < T 24
 SPANS = dict(alpha_label="kv8 [1 0 0 0]", alphas=(1.0, 0.0, 0.0, 0.0), twin_label="standard, seed 1", seed=0,
@@ -35,7 +38,7 @@ def test_spans_caption_says_what_the_delta_figure_draws_and_why_it_can_differ():
     assert "d_head = 32 here, below the d_head ≥ 64" in t and "300 steps of a 2-layer model with d_model 64" in t
     assert "−0.56 %" in t  # the paper's number, for comparison
     # the same data drawn: the α line and the band of the figure
-    drawn = plots.relative_change_data(**delta)
+    drawn = relative_change_data(**delta)
     assert drawn[1]["y"][-1] == pytest.approx(3.29) and max(drawn[0]["y"]) == pytest.approx(2.07)
 
     inside = {**delta, "changes": {"kv8 [1 0 0 0]": np.array([0.0, -0.3, -0.2])}}
@@ -52,7 +55,7 @@ def test_loss_caption_lists_every_run_and_says_when_curves_coincide():
             "[1000]": {"step": [0, 9], "train_loss": [9.0, 5.1], "val_loss": [None, 5.43]}}
     t = text(captions.loss_caption(runs))
     assert "standard 5.411 (step 9); [1000] 5.43 (step 9)" in t and "within 0.35 %" in t and "narrower" in t
-    widths = [tr["line"]["width"] for tr in plots.loss_curves_data(runs, ("train_loss", "val_loss"))[1::2]]
+    widths = [tr["line"]["width"] for tr in loss_curves_data(runs, ("train_loss", "val_loss"))[1::2]]
     assert widths[0] == widths[1] > widths[2] == widths[3]  # the first run drawn wider: both visible
     assert captions.loss_caption({"a": {"step": [0], "train_loss": [1.0], "val_loss": [None]}}) == ""
 
@@ -67,7 +70,7 @@ def test_max_logit_and_seed_peak_captions():
     peaks = plots.seed_peaks(seeds, "m")
     assert peaks == {"MHSA": [(5.0, 89.4), (0.0, 78.8)]}
     stars = plots.seed_peaks_data(seeds, "m")[0]
-    assert stars["y"] == [89.4, 78.8] and stars["marker"]["color"] == plots.COLORS[0]
+    assert stars["y"] == [89.4, 78.8] and stars["marker"]["color"] == COLORS[0]
     t = text(captions.seed_peaks_caption(peaks, what="peak max logit"))
     assert f"MHSA 89.4, 78.8 (mean 84.1 ± {statistics.stdev([89.4, 78.8]):.3g})" in t
 
@@ -80,7 +83,7 @@ def test_fp8_caption_counts_are_the_strip_and_overflow_rows():
               "scales": {"delayed": np.ones(6), "dynamic": np.ones(6)},
               "overflows": {"delayed": np.array([0, 0, 1200, 0, 0, 3]), "dynamic": np.zeros(6)}}
     t = text(captions.fp8_caption(series, gamma=4.49, r=16))
-    drawn = plots.fp8_panel_data(**series)
+    drawn = fp8_panel_data(**series)
     strip = {tr["name"].split(":")[0]: tr for tr in drawn if tr["name"].startswith("above ")}
     assert len(strip["above rank-aware"]["x"]) == 3 and list(strip["above rank-aware"]["x"]) == [2, 3, 5]
     assert "above the rank-aware bound at 3 of 6 steps (first at step 2)" in t
@@ -95,7 +98,7 @@ def test_bounds_caption_numbers_are_the_bounds_vs_rank_figure():
     curves = view.curves(1e-3, 0, 16)
     sigma = [row["sigma"] for row in view.rows(1e-3)]
     t = text(captions.bounds_caption(curves, sigma=sigma, d=64, d_head=16, delta=1e-3, n_keys=64))
-    drawn = plots.bound_vs_rank_data(**curves)
+    drawn = bound_vs_rank_data(**curves)
     aware = next(tr for tr in drawn if tr["name"].startswith("rank-aware"))
     ref = next(tr for tr in drawn if tr["name"].startswith("√(r/d_head)"))
     m = re.search(r"goes from (\S+) to (\S+), ×(\S+) — not ×(\S+),", t)

@@ -7,6 +7,12 @@ import plotly.graph_objects as go
 import pytest
 
 from spanviz import plots
+from spanviz.plots.common import layer_series, series
+from spanviz.plots.curves import seed_band
+from spanviz.plots.fp8 import STRATEGY_COLORS, bound_color
+from spanviz.plots.local_global import head_masks_data
+from spanviz.plots.span_toy import span_toy
+from spanviz.plots.spans import DIM_OPACITY, span_blocks_data
 
 H1 = {"step": [0, 1, 2, 3], "train_loss": [5.0, 4.0, 3.0, 2.0], "val_loss": [None, 4.5, None, 3.0]}
 H2 = {"step": [0, 1, 2, 3], "train_loss": [5.0, 4.2, 3.2, 2.4], "val_loss": [None, 4.7, None, 3.4]}
@@ -14,38 +20,38 @@ H2 = {"step": [0, 1, 2, 3], "train_loss": [5.0, 4.2, 3.2, 2.4], "val_loss": [Non
 
 # ------------------------------------------------------------------------------------------- histories
 def test_series_drops_unmeasured_steps():
-    steps, values = plots.series(H1, "val_loss")
+    steps, values = series(H1, "val_loss")
     np.testing.assert_array_equal(steps, [1, 3])
     np.testing.assert_array_equal(values, [4.5, 3.0])
 
 
 def test_series_missing_key_raises():
     with pytest.raises(ValueError, match="no key 'nope'"):
-        plots.series(H1, "nope")
+        series(H1, "nope")
 
 
 def test_layer_series_accepts_list_column_and_split_keys():
     nested = {"step": [0, 1, 2], "m": [[1.0, 2.0], None, [3.0, 4.0]]}
-    steps, values = plots.layer_series(nested, "m")
+    steps, values = layer_series(nested, "m")
     np.testing.assert_array_equal(steps, [0, 2])
     np.testing.assert_array_equal(values, [[1, 2], [3, 4]])
     split = {"step": [0, 1], "m/0": [1.0, 3.0], "m/1": [2.0, None]}
-    steps, values = plots.layer_series(split, "m")
+    steps, values = layer_series(split, "m")
     np.testing.assert_array_equal(steps, [0])
     np.testing.assert_array_equal(values, [[1, 2]])
     with pytest.raises(ValueError, match="neither"):
-        plots.layer_series({"step": [0]}, "m")
+        layer_series({"step": [0]}, "m")
 
 
 # ---------------------------------------------------------------------------------------- loss curves
 def test_seed_band_mean_std_count():
-    b = plots.seed_band([H1, H2], "val_loss")
+    b = seed_band([H1, H2], "val_loss")
     np.testing.assert_array_equal(b["step"], [1, 3])
     np.testing.assert_allclose(b["mean"], [4.6, 3.2])
     np.testing.assert_allclose(b["std"], [np.std([4.5, 4.7], ddof=1), np.std([3.0, 3.4], ddof=1)])
     np.testing.assert_array_equal(b["count"], [2, 2])
     with pytest.raises(ValueError, match="at least one"):
-        plots.seed_band([], "val_loss")
+        seed_band([], "val_loss")
 
 
 def test_loss_curves_two_traces_per_variant_and_metric_with_band():
@@ -80,7 +86,7 @@ def test_span_blocks_figure_grid_scaling_and_norms():
         a = alphas[b["order"]]
         if a == 0:  # removed from the gradient: the unscaled pattern, faded — not a blank square
             np.testing.assert_allclose(trace.z, b["block"], rtol=1e-6)
-            assert trace.opacity == plots.DIM_OPACITY < 1
+            assert trace.opacity == DIM_OPACITY < 1
         else:
             np.testing.assert_allclose(trace.z, a * b["block"], rtol=1e-6)
             assert trace.opacity == 1
@@ -104,7 +110,7 @@ def test_span_blocks_figure_grid_scaling_and_norms():
 def test_span_blocks_large_context_shows_cell_means_and_exact_norms():
     rng = np.random.default_rng(1)
     blocks = _blocks(rng, T=128)
-    traces = plots.span_blocks_data(blocks, (1.0, 0.5, 0.0, 0.0))
+    traces = span_blocks_data(blocks, (1.0, 0.5, 0.0, 0.0))
     heat, bars = traces[:8], traces[-1]
     assert heat[0]["z"].shape == (64, 64)
     np.testing.assert_allclose(heat[1]["z"][0, 0], 0.5 * blocks[1]["block"][:2, :2].mean(), rtol=1e-6)
@@ -118,7 +124,7 @@ def test_span_blocks_qk4_has_three_rows_and_data_matches_figure():
     rng = np.random.default_rng(1)
     blocks = _blocks(rng, orders=(0, 1, 1, 2))
     fig = plots.span_blocks_figure(blocks)
-    data = plots.span_blocks_data(blocks)
+    data = span_blocks_data(blocks)
     assert [d["type"] for d in data] == [t.type for t in fig.data]
     assert len({(t.x[0], t.y[0]) for t in fig.data[:4]}) == 4  # every heatmap has its own place
     np.testing.assert_allclose(fig.data[2].z, blocks[2]["block"], rtol=1e-6)
@@ -154,25 +160,25 @@ def test_subspace_angles_in_degrees():
 
 # -------------------------------------------------------------------------------------------- the toy
 def test_span_toy_splits_gradient_into_span_and_violation():
-    toy = plots.span_toy(seed=3)
+    toy = span_toy(seed=3)
     np.testing.assert_allclose(toy["parallel"] + toy["violation"], toy["grad"])
     np.testing.assert_allclose(toy["basis"].T @ toy["violation"], 0.0, atol=1e-12)  # ⊥ to the plane
     np.testing.assert_allclose(toy["normal"] @ toy["parallel"], 0.0, atol=1e-12)  # in the plane
     g = np.array([1.0, 2.0, 3.0])
-    flat = plots.span_toy(basis=np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]), grad=g)
+    flat = span_toy(basis=np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]), grad=g)
     np.testing.assert_allclose(flat["parallel"], [1.0, 2.0, 0.0])
     np.testing.assert_allclose(flat["violation"], [0.0, 0.0, 3.0])
 
 
 def test_span_toy_bad_input():
     with pytest.raises(ValueError, match="rank 2"):
-        plots.span_toy(basis=np.array([[1.0, 2.0], [1.0, 2.0], [0.0, 0.0]]))
+        span_toy(basis=np.array([[1.0, 2.0], [1.0, 2.0], [0.0, 0.0]]))
     with pytest.raises(ValueError, match=r"\(3, 2\)"):
-        plots.span_toy(basis=np.ones((4, 2)))
+        span_toy(basis=np.ones((4, 2)))
 
 
 def test_span_toy_figure_scaled_arrow():
-    toy = plots.span_toy(seed=0)
+    toy = span_toy(seed=0)
     fig = plots.span_toy_figure(toy, alphas=(1.0, 0.0))
     assert len(fig.data) == 7
     assert fig.data[0].type == "mesh3d"
@@ -201,7 +207,7 @@ def test_head_masks_figure_whole_masks_then_zoom():
 def test_head_masks_large_context_shows_block_means():
     T = 512
     causal = np.tril(np.ones((1, T, T), bool))
-    (whole,) = plots.head_masks_data(causal, max_cells=128)
+    (whole,) = head_masks_data(causal, max_cells=128)
     assert whole["z"].shape == (128, 128)
     np.testing.assert_array_equal(whole["x"][:3], [0, 4, 8])  # each cell: 4 × 4 positions
     assert whole["z"][0, 0] == pytest.approx(10 / 16)  # the diagonal block of a causal mask: 10 of 16 allowed
@@ -278,7 +284,7 @@ def test_fp8_colors_are_one_per_strategy_and_coinciding_bounds_say_so():
     same = [5.0, 6.0]
     fig = plots.fp8_panel_figure(
         steps, observed=[1.0, 2.0], bounds={"worst case": [9.0, 9.0], "rank-agnostic": same, "rank-aware": same},
-        scales={s: [1.0, 1.0] for s in plots.STRATEGY_COLORS}, overflows={s: [0, 0] for s in plots.STRATEGY_COLORS})
+        scales={s: [1.0, 1.0] for s in STRATEGY_COLORS}, overflows={s: [0, 0] for s in STRATEGY_COLORS})
     names = [t.name for t in fig.data]
     assert "bound: rank-agnostic (= rank-aware here)" in names and "bound: rank-aware (= rank-agnostic here)" in names
     agnostic, aware = fig.data[2], fig.data[3]
@@ -287,15 +293,15 @@ def test_fp8_colors_are_one_per_strategy_and_coinciding_bounds_say_so():
     assert scales[1].name == "scale: agnostic (= deterministic here)"  # equal curves say so, drawn dotted on top
     assert scales[0].line.dash == "solid" and all(t.line.dash == "dot" for t in scales[1:])
     scale_colors = [t.line.color for t in scales]
-    assert len(set(scale_colors)) == len(plots.STRATEGY_COLORS)  # no two strategies share a color
+    assert len(set(scale_colors)) == len(STRATEGY_COLORS)  # no two strategies share a color
     hues = []
     for c in scale_colors:  # and no two are near-identical shades (the pinks of the old palette)
         r, g, b = (int(c[i:i + 2], 16) / 255 for i in (1, 3, 5))
         hues.append(np.array([r, g, b]))
     assert min(np.abs(a - b).sum() for i, a in enumerate(hues) for b in hues[i + 1:]) > 0.3
     # a bound and the strategy whose scale it gives share the color
-    assert plots.bound_color("rank-aware") == plots.STRATEGY_COLORS["theory"]
-    assert plots.bound_color("worst case × 2^1") == plots.STRATEGY_COLORS["deterministic"]
+    assert bound_color("rank-aware") == STRATEGY_COLORS["theory"]
+    assert bound_color("worst case × 2^1") == STRATEGY_COLORS["deterministic"]
 
 
 def test_bound_vs_rank_marks_current_rank():

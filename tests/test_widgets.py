@@ -18,6 +18,8 @@ from spanviz.figure_widget import SEEN, PlotlyFigure, encode
 from spanviz.model import GPTConfig
 from spanviz.runner import Job, Runner, append_rows
 from spanviz.train import TrainConfig
+from spanviz.plots.common import series
+from spanviz.plots.spans import DIM_OPACITY, subspace_angles_data
 
 SMALL = GPTConfig(vocab_size=64, context_length=24, n_layer=1, n_head=2, d_model=32)  # d_head 16 < T 24
 TINY_TRAIN = TrainConfig(steps=3, batch_size=2, eval_interval=2, eval_iters=1, warmup_steps=0, device="cpu")
@@ -104,15 +106,15 @@ def test_figure_view_patches_and_rebuilds_in_the_same_widget():
     view = widgets.FigureView(fig, static=False)
     widget = view.widget
     assert isinstance(widget, PlotlyFigure) and widget.revision == 0
-    assert view.update(plots.subspace_angles_data({"Q–K": [0.3, 0.4]})) == "patched"
+    assert view.update(subspace_angles_data({"Q–K": [0.3, 0.4]})) == "patched"
     np.testing.assert_allclose(widget.data[0]["y"], np.degrees([0.3, 0.4]))  # what the browser is sent
     assert widget.data[0]["marker"] == view.data[0]["marker"]  # styles kept from the built figure
     two = {"Q–K": [0.3], "K–V": [0.5]}
     with pytest.raises(ValueError, match="build="):
-        view.update(plots.subspace_angles_data(two))
-    assert view.update(plots.subspace_angles_data(two), build=lambda: plots.subspace_angles_figure(two)) == "rebuilt"
+        view.update(subspace_angles_data(two))
+    assert view.update(subspace_angles_data(two), build=lambda: plots.subspace_angles_figure(two)) == "rebuilt"
     assert view.widget is widget and len(widget.data) == 2 and widget.revision == 2  # no new widget, ever
-    assert view.update(plots.subspace_angles_data(two), layout={"title": {"text": "new"}}) == "patched"
+    assert view.update(subspace_angles_data(two), layout={"title": {"text": "new"}}) == "patched"
     assert widget.figure_layout["title"] == {"text": "new"} and view.figure.layout.title.text == "new"
 
 
@@ -159,8 +161,8 @@ def test_spans_alpha_slider_changes_figure_data(spans_panel):
     spans_panel.controls["alpha0"].value = 0.0
     # S1 (order 0) removed: drawn faded with its unscaled pattern, its scaled norm 0
     np.testing.assert_array_equal(blocks.data[0]["z"], z_before)
-    assert blocks.data[0]["opacity"] == plots.DIM_OPACITY
-    assert blocks.data[1]["opacity"] == (plots.DIM_OPACITY if spans_panel.alphas[1] == 0 else 1)
+    assert blocks.data[0]["opacity"] == DIM_OPACITY
+    assert blocks.data[1]["opacity"] == (DIM_OPACITY if spans_panel.alphas[1] == 0 else 1)
     assert blocks.data[9]["y"][0] == 0.0 and np.array_equal(blocks.data[9]["y"][1:], bars_before[1:])
     titles = [a["text"] for a in blocks.figure_layout["annotations"]]
     alpha1 = spans_panel.controls["alpha1"].value
@@ -411,7 +413,7 @@ def test_spans_and_fp8_panels_train_with_real_trainer():
     assert len(energy.data) == 4 and len(energy.data[0].x) == TINY_TRAIN.steps
     assert "kv8 [1 1 0 0]" in energy.layout.title.text  # says which run it measures
     band, line = sp.views["train/delta"].widget.data
-    val = {k: dict(zip(*plots.series(h, "val_loss"))) for k, h in hist.items()}
+    val = {k: dict(zip(*series(h, "val_loss"))) for k, h in hist.items()}
     steps = sorted(val["standard"])
     assert list(line["x"]) == steps and line["name"] == "kv8 [1 1 0 0]"
     np.testing.assert_allclose(line["y"], [100 * (val["kv8 [1 1 0 0]"][t] / val["standard"][t] - 1) for t in steps])

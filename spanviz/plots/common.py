@@ -1,4 +1,5 @@
-"""Shared pieces of the figures: history contracts (:func:`series`, :func:`layer_series`), colors, helpers."""
+"""Shared pieces of the figures: history contracts (:func:`series`, :func:`layer_series`), colors, and the small
+helpers every figure file uses (:func:`as_array`, :func:`cycle_color`, :func:`rgba`, :func:`block_mean`)."""
 
 from __future__ import annotations
 
@@ -17,18 +18,20 @@ ORDER_COLORS = ("#1f77b4", "#2ca02c", "#ff7f0e", "#d62728")  # order 0 (parallel
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 
 
-def _array(x: Any, dtype: Any = float) -> np.ndarray:
-    """np.asarray that also takes torch tensors (detached, on CPU)."""
+def as_array(x: Any, dtype: Any = float) -> np.ndarray:
+    """``np.asarray(x, dtype)`` that also takes torch tensors (detached, moved to CPU); same shape as ``x``."""
     if hasattr(x, "detach"):
         x = x.detach().cpu().numpy()
     return np.asarray(x, dtype=dtype)
 
 
-def _color(i: int) -> str:
+def cycle_color(i: int) -> str:
+    """The i-th color of plotly's qualitative palette (:data:`COLORS`), cycling; any int i >= 0."""
     return COLORS[i % len(COLORS)]
 
 
-def _rgba(hex_color: str, alpha: float) -> str:
+def rgba(hex_color: str, alpha: float) -> str:
+    """``"#rrggbb"`` and an opacity alpha in [0, 1] → ``"rgba(r,g,b,alpha)"`` (for seed bands and faded lines)."""
     h = hex_color.lstrip("#")
     r, g, b = (int(h[i : i + 2], 16) for i in (0, 2, 4))
     return f"rgba({r},{g},{b},{alpha})"
@@ -47,9 +50,10 @@ def _check_history(history: History, keys: Sequence[str], what: str = "history")
     return lengths.pop() if lengths else 0
 
 
-def _block_mean(m: np.ndarray, max_cells: int) -> tuple[np.ndarray, np.ndarray]:
+def block_mean(m: np.ndarray, max_cells: int) -> tuple[np.ndarray, np.ndarray]:
     """(T, T) → at most (max_cells, max_cells): the mean of each f×f block (f = ceil(T / max_cells)), and the
-    first position of each block (for the axis). A screen cannot show more cells than that anyway."""
+    first position of each block (n,) for the axis. A screen cannot show more cells than that anyway; NaN
+    padding of the last block is ignored by the mean."""
     T = m.shape[-1]
     f = max(1, math.ceil(T / max_cells))
     if f == 1:
@@ -58,11 +62,6 @@ def _block_mean(m: np.ndarray, max_cells: int) -> tuple[np.ndarray, np.ndarray]:
     padded = np.full((n * f, n * f), np.nan)
     padded[:T, :T] = m
     return np.nanmean(padded.reshape(n, f, n, f), axis=(1, 3)), np.arange(n) * f
-
-
-def _cells_note(T: int, max_cells: int) -> str:
-    f = max(1, math.ceil(T / max_cells))
-    return f"; a cell: the mean of {f}×{f} entries" if f > 1 else ""
 
 
 def series(history: History, key: str, step_key: str = "step") -> tuple[np.ndarray, np.ndarray]:
@@ -81,7 +80,7 @@ def series(history: History, key: str, step_key: str = "step") -> tuple[np.ndarr
     if not pairs:
         return np.zeros(0), np.zeros(0)
     steps, values = zip(*pairs)
-    return _array(steps), _array(values)
+    return as_array(steps), as_array(values)
 
 
 def layer_series(history: History, key: str, step_key: str = "step") -> tuple[np.ndarray, np.ndarray]:
@@ -102,12 +101,12 @@ def layer_series(history: History, key: str, step_key: str = "step") -> tuple[np
             if v is None:
                 continue
             steps.append(s)
-            rows.append(np.atleast_1d(_array(v)))
+            rows.append(np.atleast_1d(as_array(v)))
         if not rows:
             return np.zeros(0), np.zeros((0, 0))
         if len({r.shape for r in rows}) > 1:
             raise ValueError(f"history[{key!r}] rows have different lengths")
-        return _array(steps), np.stack(rows)
+        return as_array(steps), np.stack(rows)
     n_layer = 0
     while f"{key}/{n_layer}" in history:
         n_layer += 1
@@ -116,7 +115,7 @@ def layer_series(history: History, key: str, step_key: str = "step") -> tuple[np
     columns = [f"{key}/{i}" for i in range(n_layer)]
     _check_history(history, (step_key, *columns))
     keep = [i for i in range(len(history[step_key])) if all(history[c][i] is not None for c in columns)]
-    steps = _array([history[step_key][i] for i in keep])
+    steps = as_array([history[step_key][i] for i in keep])
     values = np.array([[history[c][i] for c in columns] for i in keep], dtype=float).reshape(len(keep), n_layer)
     return steps, values
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from spanviz.plots.common import DASHES, History, Trace, _array, _color, _rgba, series
+from spanviz.plots.common import DASHES, History, Trace, as_array, cycle_color, rgba, series
 
 # ------------------------------------------------------------------------------------ loss curves, seeds
 def seed_band(histories: Sequence[History], metric: str = "val_loss") -> dict[str, np.ndarray]:
@@ -63,7 +63,7 @@ def loss_curves_data(runs: Mapping[str, Any], metrics: str | Sequence[str] = "va
     seed_runs = _as_seed_runs(runs)
     widths = variant_widths(len(seed_runs))
     for v, (name, histories) in enumerate(seed_runs.items()):
-        color = _color(v)
+        color = cycle_color(v)
         for m, metric in enumerate(metrics):
             b = seed_band(histories, metric)
             x, lo, hi = b["step"], b["mean"] - b["std"], b["mean"] + b["std"]
@@ -75,7 +75,7 @@ def loss_curves_data(runs: Mapping[str, Any], metrics: str | Sequence[str] = "va
                     "x": np.concatenate([x, x[::-1]]),
                     "y": np.concatenate([hi, lo[::-1]]),
                     "fill": "toself",
-                    "fillcolor": _rgba(color, 0.18),
+                    "fillcolor": rgba(color, 0.18),
                     "line": {"width": 0, "color": color},
                     "hoverinfo": "skip",
                     "showlegend": False,
@@ -157,7 +157,7 @@ def seed_peaks_data(runs: Mapping[str, Any], metric: str) -> list[Trace]:
     traces: list[Trace] = []
     for v, (name, peaks) in enumerate(seed_peaks(runs, metric).items()):
         traces.append({"type": "scatter", "x": [s for s, _ in peaks], "y": [p for _, p in peaks], "mode": "markers",
-                       "marker": {"color": _color(v), "symbol": "star", "size": 12,
+                       "marker": {"color": cycle_color(v), "symbol": "star", "size": 12,
                                   "line": {"width": 1, "color": "black"}},
                        "name": f"{name}: peak of each seed", "legendgroup": name,
                        "hovertemplate": "peak %{y:.3g} at step %{x}<extra></extra>"})
@@ -166,21 +166,21 @@ def seed_peaks_data(runs: Mapping[str, Any], metric: str) -> list[Trace]:
 
 def relative_change_data(steps: Any, changes: Mapping[str, Any], noise: Any | None = None) -> list[Trace]:
     """Traces of :func:`relative_change_figure`: the ±noise band (when given), then one line per change."""
-    x = _array(steps)
+    x = as_array(steps)
     traces: list[Trace] = []
     if noise is not None:
-        n = np.abs(_array(noise))
+        n = np.abs(as_array(noise))
         if n.shape != x.shape:
             raise ValueError(f"noise has shape {n.shape}, steps has {x.shape}")
         traces.append({"type": "scatter", "x": np.concatenate([x, x[::-1]]), "y": np.concatenate([n, -n[::-1]]),
                        "fill": "toself", "fillcolor": "rgba(120,120,120,0.25)", "line": {"width": 0},
                        "name": "seed noise", "hoverinfo": "skip"})
     for i, (name, y) in enumerate(changes.items()):
-        y = _array(y)
+        y = as_array(y)
         if y.shape != x.shape:
             raise ValueError(f"changes[{name!r}] has shape {y.shape}, steps has {x.shape}")
         traces.append({"type": "scatter", "x": x, "y": y, "name": name, "mode": "lines+markers",
-                       "line": {"color": _color(i + 1), "width": 3}, "marker": {"size": 6},
+                       "line": {"color": cycle_color(i + 1), "width": 3}, "marker": {"size": 6},
                        "hovertemplate": "step %{x}: %{y:+.2f} %<extra></extra>"})
     return traces
 

@@ -10,7 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from spanviz.plots.common import History, Trace, _array, _color, _rgba, keys_under
+from spanviz.plots.common import History, Trace, as_array, cycle_color, rgba, keys_under
 
 # ------------------------------------------------------------------------------------------------- FP8
 E4M3_MAX = 448.0
@@ -37,14 +37,14 @@ LOG_AXIS = {"type": "log", "minorloglabels": "complete"}
 def bound_color(name: str, i: int = 0) -> str:
     """The color of a bound (``"rank-aware"``, ``"worst case × 2^1"``, ...) or a strategy name; else the i-th color."""
     base = name.split(" × ")[0]
-    return STRATEGY_COLORS.get(BOUND_STRATEGY.get(base, base), _color(i))
+    return STRATEGY_COLORS.get(BOUND_STRATEGY.get(base, base), cycle_color(i))
 
 
 def _bound_line(name: str, i: int) -> dict[str, Any]:
     style = BOUND_STYLES.get(name.split(" × ")[0], {"dash": "dash", "width": 2})
     color = bound_color(name, i + 1)
     if style["width"] > 4:
-        color = _rgba(color, 0.35)
+        color = rgba(color, 0.35)
     return {"color": color, **style}
 
 
@@ -52,7 +52,7 @@ def coinciding(curves: Mapping[str, Any], rtol: float = 1e-9) -> dict[str, str]:
     """``{name: the earlier curve it equals}`` for curves equal to an earlier one at every point (e.g. the
     rank-agnostic and rank-aware bounds when γ·r >= d caps both at the same value)."""
     out: dict[str, str] = {}
-    items = [(name, _array(y)) for name, y in curves.items()]
+    items = [(name, as_array(y)) for name, y in curves.items()]
     for k, (name, y) in enumerate(items):
         for other, z in items[:k]:
             if y.size and y.shape == z.shape and np.allclose(y, z, rtol=rtol, atol=0.0, equal_nan=True):
@@ -75,10 +75,10 @@ def fp8_panel_data(
 ) -> list[Trace]:
     """Traces of :func:`fp8_panel_figure`: observed, bounds..., one "above" strip per bound, scales...,
     overflows... (in that order)."""
-    x = _array(steps)
+    x = as_array(steps)
 
     def col(name: str, y: Any) -> np.ndarray:
-        y = _array(y)
+        y = as_array(y)
         if y.shape != x.shape:
             raise ValueError(f"{name} has shape {y.shape}, steps has {x.shape}")
         return y
@@ -194,14 +194,14 @@ def bound_vs_rank_data(
 ) -> list[Trace]:
     """Traces of :func:`bound_vs_rank_figure`: bounds..., the √(r/d_head) reference (if given), observed (if
     given), current-r markers (if r)."""
-    x = _array(ranks)
+    x = as_array(ranks)
     traces: list[Trace] = []
-    curves = {name: _array(y) for name, y in bounds.items()}
+    curves = {name: as_array(y) for name, y in bounds.items()}
     for name, y in curves.items():
         if y.shape != x.shape:
             raise ValueError(f"bounds[{name!r}] has shape {y.shape}, ranks has {x.shape}")
     same = coinciding(curves)
-    g = None if gamma is None else _array(gamma)
+    g = None if gamma is None else as_array(gamma)
     if g is not None and g.shape != x.shape:
         raise ValueError(f"gamma has shape {g.shape}, ranks has {x.shape}")
     for i, (name, y) in enumerate(curves.items()):
@@ -211,13 +211,13 @@ def bound_vs_rank_data(
             trace.update(customdata=g, hovertemplate="r = %{x}: %{y:.3g} (γ = %{customdata:.3g})<extra></extra>")
         traces.append(trace)
     if reference is not None:
-        y = _array(reference)
+        y = as_array(reference)
         if y.shape != x.shape:
             raise ValueError(f"reference has shape {y.shape}, ranks has {x.shape}")
         traces.append({"type": "scatter", "x": x, "y": y, "name": "√(r/d_head) × rank-aware at r = d_head",
                        "mode": "lines", "line": {"color": "gray", "dash": "dot", "width": 2}})
     if observed is not None:
-        y = _array(observed)
+        y = as_array(observed)
         if y.shape != x.shape:
             raise ValueError(f"observed has shape {y.shape}, ranks has {x.shape}")
         traces.append({"type": "scatter", "x": x, "y": y, "name": "observed max |S|", "mode": "markers",
@@ -227,7 +227,7 @@ def bound_vs_rank_data(
         idx = np.flatnonzero(x == r)
         if idx.size == 0:
             raise ValueError(f"r={r} is not one of the ranks {x.tolist()}")
-        at = [float(_array(y)[idx[0]]) for y in curves.values()]
+        at = [float(as_array(y)[idx[0]]) for y in curves.values()]
         traces.append({"type": "scatter", "x": [r] * len(at), "y": at, "name": f"r = {r}", "mode": "markers",
                        "marker": {"color": "rgba(0,0,0,0)", "size": 16, "line": {"color": "red", "width": 2}}})
     return traces

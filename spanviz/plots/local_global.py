@@ -10,18 +10,18 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from spanviz.plots.common import DASHES, History, Trace, _array, _block_mean, _color, layer_series
+from spanviz.plots.common import DASHES, History, Trace, as_array, block_mean, cycle_color, layer_series
 
 # -------------------------------------------------------------------------------------- local/global heads
 def head_masks_data(masks: Any, zoom: int | None = None, max_cells: int = 128) -> list[Trace]:
     """Traces of :func:`head_masks_figure`: per head the whole mask (block means when T > ``max_cells``),
     then, with ``zoom``, per head its first ``zoom`` × ``zoom`` positions cell by cell."""
-    m = _array(masks, dtype=np.float32)
+    m = as_array(masks, dtype=np.float32)
     if m.ndim != 3 or m.shape[1] != m.shape[2]:
         raise ValueError(f"masks must have shape (H, T, T), got {m.shape}")
     traces = []
     for h in range(m.shape[0]):
-        z, pos = _block_mean(m[h], max_cells)
+        z, pos = block_mean(m[h], max_cells)
         traces.append({"type": "heatmap", "z": z.astype(np.float32), "x": pos, "y": pos, "coloraxis": "coloraxis",
                        "name": f"head {h}", "hovertemplate": "query %{y}, key %{x}: %{z:.2f}<extra></extra>"})
     if zoom:
@@ -50,7 +50,7 @@ def head_masks_figure(
     Raises:
         ValueError: masks not (H, T, T), or len(labels) != H.
     """
-    m = _array(masks, dtype=np.float32)
+    m = as_array(masks, dtype=np.float32)
     traces = head_masks_data(m, zoom, max_cells)
     H = m.shape[0]
     labels = [f"head {h}" for h in range(H)] if labels is None else list(labels)
@@ -77,7 +77,7 @@ def head_masks_figure(
 
 def attention_heads_data(values: Any, tokens: Sequence[str] | None = None) -> list[Trace]:
     """Traces of :func:`attention_heads_figure`: one heatmap per head, hover naming the tokens."""
-    v = _array(values)
+    v = as_array(values)
     if v.ndim != 3 or v.shape[1] != v.shape[2]:
         raise ValueError(f"values must have shape (H, T, T), got {v.shape}")
     T = v.shape[1]
@@ -142,7 +142,7 @@ def max_logit_data(runs: Mapping[str, History], key: str = "logits/max_per_layer
                     "y": values[:, layer],
                     "mode": "lines+markers" if len(steps) <= 60 else "lines",
                     "marker": {"size": 4},
-                    "line": {"color": _color(r), "dash": DASHES[layer % len(DASHES)]},
+                    "line": {"color": cycle_color(r), "dash": DASHES[layer % len(DASHES)]},
                     "legendgroup": name,
                     "name": f"{name} · layer {layer}",
                 }

@@ -29,7 +29,6 @@ kernel stays responsive; Stop ends a run after the current optimizer step; error
 ``train(blocking=True)`` or ``SPANVIZ_BLOCKING=1`` runs in the caller's thread (scripts, CI).
 """
 
-from spanviz.plots import fp8_series
 from spanviz.widgets.figures import DATA_KEYS, FigureView, use_static
 from spanviz.widgets.fp8 import FP8Panel
 from spanviz.widgets.local_global import MASK_ZOOM, MAX_LOGIT_VIEW, LocalGlobalPanel
@@ -39,6 +38,7 @@ from spanviz.widgets.training import (
     LOSS_VIEW, TRAIN_THREADS, History, LiveView, RunSpec, TrainingPanel, default_data, default_store,
     default_train_cfg,
 )
+from spanviz.plots.fp8 import fp8_series
 
 __all__ = [
     "ANALYTIC_THREADS", "DATA_KEYS", "DEFAULT_PANEL_MODEL", "LOSS_VIEW", "MASK_ZOOM", "MAX_LOGIT_VIEW", "TRAIN_THREADS",

@@ -7,8 +7,9 @@ writes the rescaled traces into the blocks figure's model there, which redraws a
 figure's state in step without asking the page to draw again (``redraw=False``), so a view made later draws the
 same figure. Where the module does not run (no front end, a static figure), nothing changes: the kernel redraws.
 
-The kernel and the page compute the same figure: :func:`spanviz.plots.span_blocks_traces` and the module apply
-the same rule (:func:`spanviz.plots.span_block_shown`, the titles of :func:`spanviz.plots.span_block_title`).
+The kernel and the page compute the same figure: :func:`spanviz.plots.spans.span_blocks_traces` and the module
+apply the same rule (:func:`spanviz.plots.spans.span_block_shown`, the titles of
+:func:`spanviz.plots.spans.span_block_title`).
 Source: spanviz.
 """
 
@@ -23,7 +24,7 @@ import ipywidgets as W
 import traitlets as T
 
 from spanviz.figure_widget import PlotlyFigure, encode
-from spanviz.plots import DIM_OPACITY
+from spanviz.plots.spans import DIM_OPACITY
 
 
 def _to_json(value: Any, _widget: Any) -> Any:
@@ -54,7 +55,7 @@ class BlockScaler(anywidget.AnyWidget):
         super().__init__(_figure=figure, _sliders=list(sliders), layout=W.Layout(display="none"))
 
     def set_cells(self, cells: Mapping[str, Any], layout: Mapping[str, Any]) -> None:
-        """The unscaled heatmaps of the figure now shown (from :func:`spanviz.plots.span_block_cells`), where its
+        """The unscaled heatmaps of the figure now shown (from :func:`spanviz.plots.spans.span_block_cells`), where its
         traces and titles are, and the figure revision they belong to (call after the figure is shown)."""
         names, orders = list(cells["names"]), [int(o) for o in cells["orders"]]
         annotations = [a.get("text", "") for a in layout.get("annotations", [])]

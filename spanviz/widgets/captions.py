@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from spanviz import plots
+from spanviz.plots.common import layer_series, series
+from spanviz.plots.fp8 import coinciding
 
 PAPER_SPANS_CHANGE = -0.56
 """The spans paper's reported change of validation loss with [1000] against standard, in percent (arXiv
@@ -58,7 +59,7 @@ def loss_caption(histories: Mapping[str, Mapping[str, Sequence[Any]]]) -> str:
     for label, h in histories.items():
         if "val_loss" not in h or "step" not in h:
             continue
-        steps, values = plots.series(h, "val_loss")
+        steps, values = series(h, "val_loss")
         if len(steps):
             last[label] = (int(steps[-1]), float(values[-1]))
     if not last:
@@ -92,7 +93,7 @@ def spans_change_caption(
     against the seed band — and why it can differ from the paper, from the run on screen.
 
     Args:
-        delta: :func:`spanviz.plots.relative_change_series` of the three runs (``steps``, ``changes`` with one
+        delta: :func:`spanviz.plots.curves.relative_change_series` of the three runs (``steps``, ``changes`` with one
             entry, ``noise``), or None before any common evaluation.
         alpha_label, alphas: the α run's label and (α0..α3). twin_label, seed: the noise run's label and the
             seed of standard. d_head, d_model, n_layer: the model. steps_planned: steps per run.
@@ -169,7 +170,7 @@ def max_logit_caption(histories: Mapping[str, Mapping[str, Sequence[Any]]], key:
     for label, h in histories.items():
         if key not in h:
             continue
-        steps, values = plots.layer_series(h, key)
+        steps, values = layer_series(h, key)
         if values.size:
             i, layer = np.unravel_index(int(np.argmax(values)), values.shape)
             peaks[label] = (float(values[i, layer]), int(layer), int(steps[i]))
@@ -210,7 +211,7 @@ def fp8_caption(series: Mapping[str, Any], *, gamma: float | None = None, r: int
     """Where the observed max |S| broke each bound, how many logits each strategy overflowed, and the dynamic
     strategy's cost next to what it buys — the counts the FP8 figure's strip and overflow rows draw.
 
-    Args: series: :func:`spanviz.plots.fp8_series` (``steps``, ``observed``, ``bounds``, ``scales``,
+    Args: series: :func:`spanviz.plots.fp8.fp8_series` (``steps``, ``observed``, ``bounds``, ``scales``,
         ``overflows``). gamma, r: γ and the rank r of the run (to say why two bounds coincide).
     Returns: HTML ("" without probed rows).
     """
@@ -219,7 +220,7 @@ def fp8_caption(series: Mapping[str, Any], *, gamma: float | None = None, r: int
         return ""
     observed = np.asarray(series["observed"], dtype=float)
     bounds = {k: np.asarray(v, dtype=float) for k, v in series["bounds"].items()}
-    same = plots.coinciding(bounds)
+    same = coinciding(bounds)
     parts = []
     for name, y in bounds.items():
         over = observed > y

@@ -21,6 +21,7 @@ from spanviz.widgets import captions
 from spanviz.widgets.figures import FigureView, side_by_side, slider
 from spanviz.widgets.panel import ANALYTIC_THREADS, Panel
 from spanviz.widgets.training import LOSS_VIEW, History, LiveView, RunSpec
+from spanviz.plots.fp8 import bound_vs_rank_data, fp8_panel_data, fp8_series
 
 
 def _fp8_history(histories: Mapping[str, History]) -> History | None:
@@ -137,7 +138,7 @@ class FP8Panel(Panel):
 
     def update_bounds(self) -> None:
         """Redraw the bounds-vs-rank view and the scale table for the current r, δ, margin."""
-        self.views["bounds"].update(plots.bound_vs_rank_data(**self.bounds.curves(*self._settings())),
+        self.views["bounds"].update(bound_vs_rank_data(**self.bounds.curves(*self._settings())),
                                     build=self._bounds_figure)
         self._update_scales()
 
@@ -179,11 +180,11 @@ class FP8Panel(Panel):
         """The FP8 figure's series of the run, the dynamic strategy included (derived from the recorded amax with
         the margin the run was probed with)."""
         h = _fp8_history(histories)
-        return None if h is None else plots.fp8_series(fp8.with_dynamic(h, margin=self._probe_margin))
+        return None if h is None else fp8_series(fp8.with_dynamic(h, margin=self._probe_margin))
 
     def _fp8_data(self, histories: Mapping[str, History]) -> list[dict[str, Any]]:
         s = self._fp8_runs(histories)
-        return [] if s is None else plots.fp8_panel_data(**s)
+        return [] if s is None else fp8_panel_data(**s)
 
     def _fp8_caption(self, histories: Mapping[str, History]) -> str:
         s = self._fp8_runs(histories)

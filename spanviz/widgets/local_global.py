@@ -20,13 +20,14 @@ from spanviz.widgets import captions
 from spanviz.widgets.figures import FigureView, computing, slider
 from spanviz.widgets.panel import ANALYTIC_THREADS, Panel
 from spanviz.widgets.training import LOSS_VIEW, History, LiveView, RunSpec
+from spanviz.plots.local_global import head_masks_data, max_logit_data
 
 
 def _logit_runs(histories: Mapping[str, History]) -> dict[str, History]:
     return {k: h for k, h in histories.items() if "logits/max_per_layer" in h}
 
 
-MAX_LOGIT_VIEW = LiveView("max_logit", lambda hs: plots.max_logit_data(_logit_runs(hs)),
+MAX_LOGIT_VIEW = LiveView("max_logit", lambda hs: max_logit_data(_logit_runs(hs)),
                           lambda hs: plots.max_logit_figure(_logit_runs(hs)),
                           caption=lambda hs: captions.max_logit_caption(_logit_runs(hs)))
 
@@ -114,7 +115,7 @@ class LocalGlobalPanel(Panel):
         view, labels = self.views["masks"], self._labels()
         annotations = list(view.layout["annotations"])
         annotations[: len(labels)] = [{**a, "text": label} for a, label in zip(annotations, labels)]
-        view.update(plots.head_masks_data(self.masks(), zoom=MASK_ZOOM), build=self._masks_figure,
+        view.update(head_masks_data(self.masks(), zoom=MASK_ZOOM), build=self._masks_figure,
                     layout={"annotations": annotations})
 
     def _specs(self) -> list[RunSpec]:

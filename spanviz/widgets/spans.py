@@ -23,6 +23,11 @@ import plotly.graph_objects as go
 import torch
 
 from spanviz import plots
+from spanviz.plots.curves import relative_change_data, relative_change_series
+from spanviz.plots.span_toy import span_toy, span_toy_data
+from spanviz.plots.spans import (
+    energy_by_order_data, energy_series, span_block_cells, span_block_title, span_blocks_traces, subspace_angles_data,
+)
 from spanviz.figure_widget import figure_state
 from spanviz.model import GPTConfig, TinyGPT
 from spanviz.runner import TrainerLike
@@ -213,7 +218,7 @@ class SpansPanel(Panel):
         preset, layer, head = key = self._key()
         self._blocks = self.grads.blocks(preset, layer, head)
         if key not in self._cells:
-            self._cells[key] = plots.span_block_cells(self._blocks)
+            self._cells[key] = span_block_cells(self._blocks)
 
     def _blocks_state(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """The blocks figure at the current α as (traces, layout): the figure of this block structure is built
@@ -223,8 +228,8 @@ class SpansPanel(Panel):
         if shape not in self._templates:
             self._templates[shape] = figure_state(plots.span_blocks_figure(self._blocks, a))
         data, layout = self._templates[shape]
-        traces = [{**t, **new} for t, new in zip(data, plots.span_blocks_traces(cells, a))]
-        titles = {n: plots.span_block_title(n, o, a[o]) for n, o in zip(cells["names"], cells["orders"])}
+        traces = [{**t, **new} for t, new in zip(data, span_blocks_traces(cells, a))]
+        titles = {n: span_block_title(n, o, a[o]) for n, o in zip(cells["names"], cells["orders"])}
         annotations = [{**x, "text": titles.get(x.get("text", "").split(" ")[0], x.get("text", ""))}
                        for x in layout.get("annotations", [])]
         coloraxis = {**layout.get("coloraxis", {}), "cmin": -cells["zmax"], "cmax": cells["zmax"]}
@@ -241,7 +246,7 @@ class SpansPanel(Panel):
             self.views["blocks"].show(*self._blocks_state(), redraw=not live)
             if not live and self.scaler is not None:
                 self.scaler.sync_revision()
-            self.views["toy"].update(plots.span_toy_data(self.toy, self.alphas[:2]))
+            self.views["toy"].update(span_toy_data(self.toy, self.alphas[:2]))
 
     def update_head(self) -> None:
         """Recompute the blocks for the picked preset/layer/head and redraw (saying "computing…" meanwhile).
@@ -252,7 +257,7 @@ class SpansPanel(Panel):
             self.views["blocks"].show(*self._blocks_state())
             if self.scaler is not None:
                 self.scaler.set_cells(self._cells[self._key()], self.views["blocks"].layout)
-            self.views["angles"].update(plots.subspace_angles_data(self._angles()))
+            self.views["angles"].update(subspace_angles_data(self._angles()))
             self.angles_caption.value = self._angles_caption()
             if self.training.runner.histories:
                 self.training.refresh()  # the energy-by-order view follows the picked layer
@@ -280,7 +285,7 @@ class SpansPanel(Panel):
             return None
         (twin,) = [k for k in labels if k.startswith("standard, seed")]
         alpha = labels[-1]
-        return plots.relative_change_series(histories["standard"], {alpha: histories[alpha]}, noise=histories[twin])
+        return relative_change_series(histories["standard"], {alpha: histories[alpha]}, noise=histories[twin])
 
     def _delta_caption(self, histories: Mapping[str, History]) -> str:
         """What the Δ figure shows, in words from the same runs (:func:`captions.spans_change_caption`)."""
@@ -301,7 +306,7 @@ class SpansPanel(Panel):
 
     def _delta_data(self, histories: Mapping[str, History]) -> list[dict[str, Any]]:
         d = self._delta(histories)
-        return [] if d is None else plots.relative_change_data(**d)
+        return [] if d is None else relative_change_data(**d)
 
     def _delta_build(self, histories: Mapping[str, History]) -> go.Figure:
         d = self._delta(histories) or {"steps": np.zeros(0), "changes": {}, "noise": None}
@@ -312,7 +317,7 @@ class SpansPanel(Panel):
     def _energy(self, histories: Mapping[str, History]) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
         """Steps and per-order energy shares of the picked layer, from the last run that has them."""
         for history in reversed(list(histories.values())):
-            energy = plots.energy_series(history, self.controls["layer"].value)
+            energy = energy_series(history, self.controls["layer"].value)
             if energy is not None:
                 return energy
         return None
@@ -322,7 +327,7 @@ class SpansPanel(Panel):
 
     def _energy_data(self, histories: Mapping[str, History]) -> list[dict[str, Any]]:
         e = self._energy(histories)
-        return [] if e is None else plots.energy_by_order_data(*e)
+        return [] if e is None else energy_by_order_data(*e)
 
     def _energy_build(self, histories: Mapping[str, History]) -> go.Figure:
         e = self._energy(histories)

@@ -25,6 +25,7 @@ from spanviz.store import Found, ResultsStore, replay_note
 from spanviz.train import TrainConfig, Trainer, run_config
 from spanviz.widgets import captions
 from spanviz.widgets.figures import FigureView, use_static
+from spanviz.plots.curves import loss_curves_data
 
 History = dict[str, list[Any]]
 
@@ -68,7 +69,7 @@ class LiveView:
 
 
 def _loss_data(histories: Mapping[str, History]) -> list[dict[str, Any]]:
-    return plots.loss_curves_data(histories, ("train_loss", "val_loss"))
+    return loss_curves_data(histories, ("train_loss", "val_loss"))
 
 
 def _loss_build(histories: Mapping[str, History]) -> go.Figure:
