@@ -20,7 +20,7 @@ a group (autogroup, ``/proc/sys/kernel/sched_autogroup_enabled`` = 1, and Jupyte
 of its own), a nice value ranks threads only *within* their group — the kernel's own thread still wins over its
 training thread, but a training kernel as a whole keeps a group's share against the browser. What keeps the browser
 from falling behind several training kernels is the back-pressure of live updates (see
-:meth:`spanviz.figure_widget.PlotlyFigure.behind`).
+:meth:`spanviz.widgets.figure_widget.PlotlyFigure.behind`).
 
 Why a thread: a blocking training loop in a notebook cell streams plot updates, but a Stop click is only
 handled after the cell ends (the kernel reads the click's message once the cell's code returns). Scripts and

@@ -15,8 +15,11 @@ import pytest
 from IPython.core.formatters import DisplayFormatter
 from plotly.offline import get_plotlyjs_version
 
-from spanviz import figure_widget, widgets
-from spanviz.figure_widget import HOLD_MAX_S, PLOTLY_REQUEST, REOPEN_HINT, SEEN, SETTLED, WIDGET_VIEW, PlotlyFigure
+from spanviz import widgets
+from spanviz.widgets import figure_widget
+from spanviz.widgets.figure_widget import (
+    HOLD_MAX_S, PLOTLY_REQUEST, REOPEN_HINT, SEEN, SETTLED, WIDGET_VIEW, PlotlyFigure,
+)
 from spanviz.model import GPTConfig
 from spanviz.runner import TRAIN_NICE, Job, Runner, lower_thread_priority
 

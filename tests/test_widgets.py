@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from spanviz import plots, widgets
-from spanviz.figure_widget import SEEN, PlotlyFigure, encode
+from spanviz.widgets.figure_widget import SEEN, PlotlyFigure, encode
 from spanviz.model import GPTConfig
 from spanviz.runner import Job, Runner, append_rows
 from spanviz.train import TrainConfig

@@ -107,7 +107,7 @@ def _check_alphas(alphas: Sequence[float] | None) -> tuple[float, ...]:
 
 def span_block_shown(z: np.ndarray, alpha: float) -> tuple[np.ndarray, float]:
     """(heatmap, opacity) of one block at α: α·block, opaque — or, at α = 0, the unscaled block faded
-    (:data:`DIM_OPACITY`). The browser's α rescaling (spanviz/static/block_scaler.js) does the same."""
+    (:data:`DIM_OPACITY`). The browser's α rescaling (spanviz/widgets/static/block_scaler.js) does the same."""
     return (z, DIM_OPACITY) if alpha == 0 else ((z if alpha == 1 else alpha * z), 1.0)
 
 

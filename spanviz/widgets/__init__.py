@@ -18,7 +18,7 @@ class :class:`Panel` of the three technique panels), one file per technique pane
 from the technique packages (:func:`spanviz.spans.capture_score_grads`, :func:`spanviz.local_global.head_masks`,
 :class:`spanviz.fp8.BoundsVsRank`) and what it draws from :mod:`spanviz.plots`.
 
-Rendering: a :class:`FigureView` holds a :class:`spanviz.figure_widget.PlotlyFigure` (JupyterLab, Notebook 7;
+Rendering: a :class:`FigureView` holds a :class:`spanviz.widgets.figure_widget.PlotlyFigure` (JupyterLab, Notebook 7;
 the figure's whole state is synced, see that module for why not ``go.FigureWidget``) or, where custom widgets
 render unreliably (Colab, VS Code), a static ``go.Figure`` re-rendered into an ``Output`` (:func:`use_static`;
 override with ``static=`` or ``SPANVIZ_STATIC=1`` / ``0``). Updates push only trace data (``plots.*_data``);

@@ -2,8 +2,8 @@
 
 An α slider only rescales cached blocks (the heatmaps α·block, a faded unscaled block at α = 0, the bars
 ‖α·block‖/‖dS‖, the subplot titles). :class:`BlockScaler` sends the unscaled heatmaps once per preset, layer and
-head; its front-end module (``spanviz/static/block_scaler.js``) listens to the α sliders' models in the page and
-writes the rescaled traces into the blocks figure's model there, which redraws at once. The kernel keeps the
+head; its front-end module (``spanviz/widgets/static/block_scaler.js``) listens to the α sliders' models in the
+page and writes the rescaled traces into the blocks figure's model there, which redraws at once. The kernel keeps the
 figure's state in step without asking the page to draw again (``redraw=False``), so a view made later draws the
 same figure. Where the module does not run (no front end, a static figure), nothing changes: the kernel redraws.
 
@@ -23,7 +23,7 @@ import anywidget
 import ipywidgets as W
 import traitlets as T
 
-from spanviz.figure_widget import PlotlyFigure, encode
+from spanviz.widgets.figure_widget import PlotlyFigure, encode
 from spanviz.plots.spans import DIM_OPACITY
 
 
@@ -35,7 +35,7 @@ class BlockScaler(anywidget.AnyWidget):
     """Rescales a blocks figure (:func:`spanviz.plots.span_blocks_figure`) in the browser as α sliders move.
 
     Args:
-        figure: the :class:`~spanviz.figure_widget.PlotlyFigure` that shows the blocks.
+        figure: the :class:`~spanviz.widgets.figure_widget.PlotlyFigure` that shows the blocks.
         sliders: the α0..α3 slider widgets, in order.
 
     Attributes:
@@ -43,7 +43,7 @@ class BlockScaler(anywidget.AnyWidget):
             redraw the figure itself for an α change.
     """
 
-    _esm = pathlib.Path(__file__).parent.parent / "static" / "block_scaler.js"
+    _esm = pathlib.Path(__file__).parent / "static" / "block_scaler.js"
     _figure = T.Instance(PlotlyFigure).tag(sync=True, **W.widget_serialization)
     _sliders = T.List(T.Instance(W.Widget)).tag(sync=True, **W.widget_serialization)
     _cells = T.Dict().tag(sync=True, to_json=_to_json)

@@ -9,7 +9,7 @@ from typing import Any
 import ipywidgets as W
 from threadpoolctl import ThreadpoolController
 
-from spanviz.figure_widget import PlotlyFigure
+from spanviz.widgets.figure_widget import PlotlyFigure
 from spanviz.model import GPTConfig
 from spanviz.runner import Runner, TrainerLike
 from spanviz.threads import torch_threads
@@ -108,7 +108,7 @@ class Panel:
 
     def settle(self) -> None:
         """Tell every figure of the panel that the input it shows busy for is handled (its redraws, if any, were sent
-        before this): :meth:`spanviz.figure_widget.PlotlyFigure.settled`. Static figures have no busy state."""
+        before this): :meth:`spanviz.widgets.figure_widget.PlotlyFigure.settled`. Static figures have no busy state."""
         for view in self.views.values():
             if isinstance(view.widget, PlotlyFigure):
                 view.widget.settled()

@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 
 from spanviz import plots
 from spanviz.data import load_tokens
-from spanviz.figure_widget import PlotlyFigure
+from spanviz.widgets.figure_widget import PlotlyFigure
 from spanviz.model import GPTConfig, TinyGPT
 from spanviz.runner import Job, Runner, TrainerLike
 from spanviz.settings import OFFLINE_SPLITS, resolve_data_source
