@@ -20,6 +20,9 @@ from spanviz.runner import Job, Runner, append_rows
 from spanviz.train import TrainConfig
 from spanviz.plots.common import series
 from spanviz.plots.spans import DIM_OPACITY, subspace_angles_data
+from spanviz.widgets.figures import use_static
+from spanviz.widgets.local_global import MASK_ZOOM
+from spanviz.widgets.training import default_data
 
 SMALL = GPTConfig(vocab_size=64, context_length=24, n_layer=1, n_head=2, d_model=32)  # d_head 16 < T 24
 TINY_TRAIN = TrainConfig(steps=3, batch_size=2, eval_interval=2, eval_iters=1, warmup_steps=0, device="cpu")
@@ -72,21 +75,21 @@ def test_use_static_env_override_and_autodetect(monkeypatch):
     monkeypatch.delenv("SPANVIZ_STATIC", raising=False)
     monkeypatch.delenv("VSCODE_PID", raising=False)
     monkeypatch.delitem(sys.modules, "google.colab", raising=False)
-    assert widgets.use_static() is False
+    assert use_static() is False
     monkeypatch.setenv("VSCODE_PID", "123")
-    assert widgets.use_static() is True
+    assert use_static() is True
     monkeypatch.setenv("SPANVIZ_STATIC", "0")
-    assert widgets.use_static() is False  # env override beats auto-detection
-    assert widgets.use_static(static=True) is True  # the argument beats the env var
+    assert use_static() is False  # env override beats auto-detection
+    assert use_static(static=True) is True  # the argument beats the env var
     monkeypatch.delenv("VSCODE_PID")
     monkeypatch.setenv("SPANVIZ_STATIC", "1")
-    assert widgets.use_static() is True
+    assert use_static() is True
     monkeypatch.delenv("SPANVIZ_STATIC")
     monkeypatch.setitem(sys.modules, "google.colab", SimpleNamespace())
-    assert widgets.use_static() is True
+    assert use_static() is True
     monkeypatch.setenv("SPANVIZ_STATIC", "maybe")
     with pytest.raises(ValueError, match="SPANVIZ_STATIC"):
-        widgets.use_static()
+        use_static()
 
 
 def test_static_fallback_chosen_under_env_override(monkeypatch):
@@ -204,7 +207,7 @@ def test_local_global_masks_follow_sliders():
     np.testing.assert_array_equal(z, ((j <= i) & (i - j < 3)).astype(float))
     np.testing.assert_array_equal(np.asarray(fig.data[1]["z"]), (j <= i).astype(float))  # head 1 global
     zoom = SMALL.n_head  # the zoom row follows the whole masks: cell by cell, first positions
-    np.testing.assert_array_equal(fig.data[zoom]["z"], z[: widgets.MASK_ZOOM, : widgets.MASK_ZOOM])
+    np.testing.assert_array_equal(fig.data[zoom]["z"], z[: MASK_ZOOM, : MASK_ZOOM])
     assert fig.figure_layout["annotations"][0]["text"] == "head 0: local (p=3)"
     panel.controls["n_local"].value = 0
     np.testing.assert_array_equal(np.asarray(fig.data[0]["z"]), (j <= i).astype(float))
@@ -489,7 +492,7 @@ def test_default_data_follows_the_split_environment(wikitext_dir, tmp_path, monk
     monkeypatch.delenv("SPANVIZ_WIKITEXT_DIR", raising=False)
     monkeypatch.delenv("SPANVIZ_TRAIN_SPLIT", raising=False)
     monkeypatch.delenv("SPANVIZ_EVAL_SPLIT", raising=False)
-    assert widgets.default_data(str(wikitext_dir), max_vocab=512).splits == {"train": "validation", "eval": "test"}
+    assert default_data(str(wikitext_dir), max_vocab=512).splits == {"train": "validation", "eval": "test"}
     monkeypatch.setenv("SPANVIZ_TRAIN_SPLIT", "test")
     monkeypatch.setenv("SPANVIZ_EVAL_SPLIT", "validation")
-    assert widgets.default_data(str(wikitext_dir), max_vocab=512).splits == {"train": "test", "eval": "validation"}
+    assert default_data(str(wikitext_dir), max_vocab=512).splits == {"train": "test", "eval": "validation"}

@@ -41,6 +41,7 @@ from spanviz.model import GPTConfig
 from spanviz.runner import Job, Runner
 from spanviz.threads import torch_threads
 from spanviz.train import Trainer
+from spanviz.widgets.training import default_train_cfg
 
 TARGETS = {"alpha_p95_ms": 10.0, "preset_p95_ms": 100.0, "control_p95_ms": 150.0, "browser_alpha_p95_ms": 50.0,
            "browser_preset_p95_ms": 150.0, "dashboard_slowdown": 0.10, "dashboard_hz": 2.0}
@@ -194,7 +195,7 @@ def bench_dashboard(
 
 def _bench_dashboard(chunk_s: float, rounds: int, refresh_hz: float) -> dict[str, Any]:
     cfg = GPTConfig(**DASHBOARD_CONFIG)
-    train_cfg = widgets.default_train_cfg(steps=100_000, device="cpu", eval_interval=100_000)
+    train_cfg = default_train_cfg(steps=100_000, device="cpu", eval_interval=100_000)
     data = _RandomData(cfg.vocab_size)
     trainer = Trainer(cfg, train_cfg, data)
     panel = widgets.TrainingPanel(lambda: [], data=data, static=False, refresh_hz=refresh_hz)

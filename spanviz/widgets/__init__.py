@@ -20,7 +20,7 @@ from the technique packages (:func:`spanviz.spans.capture_score_grads`, :func:`s
 
 Rendering: a :class:`FigureView` holds a :class:`spanviz.widgets.figure_widget.PlotlyFigure` (JupyterLab, Notebook 7;
 the figure's whole state is synced, see that module for why not ``go.FigureWidget``) or, where custom widgets
-render unreliably (Colab, VS Code), a static ``go.Figure`` re-rendered into an ``Output`` (:func:`use_static`;
+render unreliably (Colab, VS Code), a static ``go.Figure`` re-rendered into an ``Output`` (:func:`.figures.use_static`;
 override with ``static=`` or ``SPANVIZ_STATIC=1`` / ``0``). Updates push only trace data (``plots.*_data``);
 a new trace structure shows a newly built figure in the same widget.
 
@@ -29,19 +29,12 @@ kernel stays responsive; Stop ends a run after the current optimizer step; error
 ``train(blocking=True)`` or ``SPANVIZ_BLOCKING=1`` runs in the caller's thread (scripts, CI).
 """
 
-from spanviz.widgets.figures import DATA_KEYS, FigureView, use_static
+from spanviz.widgets import captions
+from spanviz.widgets.figures import FigureView
 from spanviz.widgets.fp8 import FP8Panel
-from spanviz.widgets.local_global import MASK_ZOOM, MAX_LOGIT_VIEW, LocalGlobalPanel
-from spanviz.widgets.panel import ANALYTIC_THREADS, DEFAULT_PANEL_MODEL, Panel
+from spanviz.widgets.local_global import LocalGlobalPanel
+from spanviz.widgets.panel import Panel
 from spanviz.widgets.spans import SpansPanel
-from spanviz.widgets.training import (
-    LOSS_VIEW, TRAIN_THREADS, History, LiveView, RunSpec, TrainingPanel, default_data, default_store,
-    default_train_cfg,
-)
-from spanviz.plots.fp8 import fp8_series
+from spanviz.widgets.training import RunSpec, TrainingPanel
 
-__all__ = [
-    "ANALYTIC_THREADS", "DATA_KEYS", "DEFAULT_PANEL_MODEL", "LOSS_VIEW", "MASK_ZOOM", "MAX_LOGIT_VIEW", "TRAIN_THREADS",
-    "FP8Panel", "FigureView", "History", "LiveView", "LocalGlobalPanel", "Panel", "RunSpec", "SpansPanel",
-    "TrainingPanel", "default_data", "default_store", "default_train_cfg", "fp8_series", "use_static",
-]
+__all__ = ["FP8Panel", "FigureView", "LocalGlobalPanel", "Panel", "RunSpec", "SpansPanel", "TrainingPanel", "captions"]
