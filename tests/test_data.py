@@ -22,17 +22,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spanviz import data
-from spanviz.data import (
-    ByteTokenizer,
-    HubUnavailableError,
-    WordTokenizer,
-    get_batch,
-    iter_eval_batches,
-    load_wikitext2,
-    make_tokenizer,
-    prepare_tokens,
-    tokenizer_from_dict,
-)
+from spanviz.data import HubUnavailableError, get_batch, iter_eval_batches, prepare_tokens
+from spanviz.data.tokenizers import ByteTokenizer, WordTokenizer, make_tokenizer, tokenizer_from_dict
+from spanviz.data.wikitext import load_wikitext2
+from spanviz.settings import DATA_SOURCE_FILE, remembered_data_source, splits_from_env
 
 REPO = Path(__file__).resolve().parents[1]
 VALID_TOKENS, TEST_TOKENS = 217_646, 245_569  # word tokens, one <eos> per line (README of the shared copy)
@@ -131,7 +124,7 @@ def test_unreachable_hub_fails_fast_in_fresh_process(scenario, tmp_path):
         env["SPANVIZ_OFFLINE"] = "1"
     script = textwrap.dedent("""
         import json, time
-        from spanviz.data import load_wikitext2
+        from spanviz.data.wikitext import load_wikitext2
         start = time.perf_counter()
         try:
             load_wikitext2()
@@ -470,12 +463,12 @@ def test_an_unwritable_token_cache_costs_time_not_the_data(wikitext_dir, tmp_pat
 def test_prepare_data_remembers_a_folder_and_its_splits(wikitext_dir, tmp_path, monkeypatch, caplog):
     for name in ("SPANVIZ_TRAIN_SPLIT", "SPANVIZ_EVAL_SPLIT"):  # scripts/setup.sh exports them
         monkeypatch.delenv(name, raising=False)
-    assert data.remembered_data_source() is None
+    assert remembered_data_source() is None
     assert data.resolve_data_source() == (None, dict(data.DEFAULT_SPLITS))
     data.remember_data_source(wikitext_dir, OFFLINE)
     folder, splits = data.resolve_data_source()
     assert folder == str(wikitext_dir.resolve()) and splits == OFFLINE
-    assert data.splits_from_env(local=False) == OFFLINE  # the notebooks' default follows it too
+    assert splits_from_env(local=False) == OFFLINE  # the notebooks' default follows it too
     assert load_wikitext2(splits={"eval": "test"}).source == str(wikitext_dir.resolve())
     # explicit arguments and the environment come first
     assert data.resolve_data_source(tmp_path, "test", None) == (str(tmp_path), {"train": "test", "eval": "validation"})
@@ -483,9 +476,9 @@ def test_prepare_data_remembers_a_folder_and_its_splits(wikitext_dir, tmp_path, 
     assert data.resolve_data_source() == (str(tmp_path), dict(data.DEFAULT_SPLITS))
     monkeypatch.delenv("SPANVIZ_WIKITEXT_DIR")
     # a damaged or stale file is ignored with a warning
-    (tmp_path / "spanviz-home" / data.DATA_SOURCE_FILE).write_text("{not json")
+    (tmp_path / "spanviz-home" / DATA_SOURCE_FILE).write_text("{not json")
     with caplog.at_level(logging.WARNING, logger="spanviz.data"):
-        assert data.remembered_data_source() is None
+        assert remembered_data_source() is None
     assert "ignoring" in caplog.text
     with pytest.raises(ValueError, match="not a folder"):
         data.remember_data_source(tmp_path / "missing", OFFLINE)

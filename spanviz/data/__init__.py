@@ -18,28 +18,21 @@ Data flows one way through this package:
 Source: WikiText-2 is from Merity, Xiong, Bradbury, Socher, "Pointer Sentinel Mixture Models" (2016).
 """
 
-from spanviz.data.batches import eval_starts, get_batch, iter_eval_batches
-from spanviz.data.tokenizers import (
-    EOS, TOKENIZER_KINDS, UNK, ByteTokenizer, Tokenizer, WordTokenizer, make_tokenizer, tokenizer_from_dict,
-)
-from spanviz.data.tokens import CACHE_FORMAT, LOCAL_SOURCE, TokenData, load_tokens, prepare_tokens
-from spanviz.data.wikitext import (
-    CONFIGS, HUB_ID, HUB_PROBE_TIMEOUT_S, MAX_SPLIT_BYTES, Corpus, HubUnavailableError, MissingSplitError,
-    available_splits, check_text_file, load_wikitext2, split_files, splits_for_folder,
-)
+from spanviz.data.batches import get_batch, iter_eval_batches
+from spanviz.data.tokenizers import TOKENIZER_KINDS
+from spanviz.data.tokens import LOCAL_SOURCE, TokenData, load_tokens, prepare_tokens
+from spanviz.data.wikitext import CONFIGS, HUB_ID, HubUnavailableError, MissingSplitError, split_files, splits_for_folder
 from spanviz.settings import (
-    DATA_SOURCE_FILE, DEFAULT_SPLITS, ENV_DATA_DIR, ENV_EVAL_SPLIT, ENV_HOME, ENV_OFFLINE, ENV_TRAIN_SPLIT,
-    OFFLINE_SPLITS, ROLES, SPLIT_ALIASES, SPLITS, command_name, remember_data_source, remembered_data_source, resolve_data_source,
-    spanviz_home, splits_from_env,
+    DEFAULT_SPLITS, ENV_DATA_DIR, ENV_EVAL_SPLIT, ENV_HOME, ENV_TRAIN_SPLIT, OFFLINE_SPLITS, SPLITS, command_name,
+    remember_data_source, resolve_data_source, spanviz_home,
 )
 
+# What the notebooks, README and scripts name: load_tokens, prepare_tokens, TokenData (what they return),
+# LOCAL_SOURCE, OFFLINE_SPLITS. The other names stay here while spanviz.cli and spanviz.train.loop reach them as
+# ``data_lib.X``; everything else is imported from its file (or from spanviz.settings).
 __all__ = [
-    "CACHE_FORMAT", "CONFIGS", "DATA_SOURCE_FILE", "DEFAULT_SPLITS", "ENV_DATA_DIR", "ENV_EVAL_SPLIT", "ENV_HOME",
-    "ENV_OFFLINE", "ENV_TRAIN_SPLIT", "EOS", "HUB_ID", "HUB_PROBE_TIMEOUT_S", "LOCAL_SOURCE", "MAX_SPLIT_BYTES",
-    "OFFLINE_SPLITS", "ROLES", "SPLIT_ALIASES", "SPLITS", "TOKENIZER_KINDS", "UNK", "ByteTokenizer", "Corpus",
-    "HubUnavailableError", "MissingSplitError", "TokenData", "Tokenizer", "WordTokenizer", "available_splits",
-    "check_text_file", "command_name", "eval_starts", "get_batch", "iter_eval_batches", "load_tokens",
-    "load_wikitext2", "make_tokenizer", "prepare_tokens", "remember_data_source", "remembered_data_source",
-    "resolve_data_source", "spanviz_home", "split_files", "splits_for_folder", "splits_from_env",
-    "tokenizer_from_dict",
+    "CONFIGS", "DEFAULT_SPLITS", "ENV_DATA_DIR", "ENV_EVAL_SPLIT", "ENV_HOME", "ENV_TRAIN_SPLIT", "HUB_ID",
+    "LOCAL_SOURCE", "OFFLINE_SPLITS", "SPLITS", "TOKENIZER_KINDS", "HubUnavailableError", "MissingSplitError",
+    "TokenData", "command_name", "get_batch", "iter_eval_batches", "load_tokens", "prepare_tokens",
+    "remember_data_source", "resolve_data_source", "spanviz_home", "split_files", "splits_for_folder",
 ]
