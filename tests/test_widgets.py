@@ -22,7 +22,7 @@ from spanviz.plots.common import series
 from spanviz.plots.spans import DIM_OPACITY, subspace_angles_data
 from spanviz.widgets.figures import use_static
 from spanviz.widgets.local_global import MASK_ZOOM
-from spanviz.widgets.training import default_data
+from spanviz.widgets.specs import default_data
 
 SMALL = GPTConfig(vocab_size=64, context_length=24, n_layer=1, n_head=2, d_model=32)  # d_head 16 < T 24
 TINY_TRAIN = TrainConfig(steps=3, batch_size=2, eval_interval=2, eval_iters=1, warmup_steps=0, device="cpu")

@@ -310,7 +310,7 @@ def train(threads):
 
 if path == "panel":  # as a notebook kernel trains a panel: a Runner thread with the panels' thread count
     from spanviz.runner import Job, Runner
-    from spanviz.widgets.training import TRAIN_THREADS
+    from spanviz.widgets.specs import TRAIN_THREADS
     holder = {}
     class Once:
         def step(self, n=1):

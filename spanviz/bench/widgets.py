@@ -41,7 +41,7 @@ from spanviz.model import GPTConfig
 from spanviz.runner import Job, Runner
 from spanviz.threads import torch_threads
 from spanviz.train import Trainer
-from spanviz.widgets.training import default_train_cfg
+from spanviz.widgets.specs import default_train_cfg
 
 TARGETS = {"alpha_p95_ms": 10.0, "preset_p95_ms": 100.0, "control_p95_ms": 150.0, "browser_alpha_p95_ms": 50.0,
            "browser_preset_p95_ms": 150.0, "dashboard_slowdown": 0.10, "dashboard_hz": 2.0}

@@ -13,7 +13,8 @@ Panels (each a class with ``.widget`` to display, ``.controls`` and ``.views`` d
   live loss curves with seed bands, results-store replays. The technique panels embed one.
 
 Layout of the package: controls and layout only. :mod:`.figures` (:class:`FigureView`, static mode, layout
-helpers), :mod:`.training` (:class:`TrainingPanel`, default data / store / settings), :mod:`.panel` (the base
+helpers), :mod:`.training` (:class:`TrainingPanel`), :mod:`.specs` (:class:`RunSpec`, live views, default data / store /
+settings), :mod:`.panel` (the base
 class :class:`Panel` of the three technique panels), one file per technique panel. What a panel computes comes
 from the technique packages (:func:`spanviz.spans.capture_score_grads`, :func:`spanviz.local_global.head_masks`,
 :class:`spanviz.fp8.BoundsVsRank`) and what it draws from :mod:`spanviz.plots`.
@@ -35,6 +36,7 @@ from spanviz.widgets.fp8 import FP8Panel
 from spanviz.widgets.local_global import LocalGlobalPanel
 from spanviz.widgets.panel import Panel
 from spanviz.widgets.spans import SpansPanel
-from spanviz.widgets.training import RunSpec, TrainingPanel
+from spanviz.widgets.specs import RunSpec
+from spanviz.widgets.training import TrainingPanel
 
 __all__ = ["FP8Panel", "FigureView", "LocalGlobalPanel", "Panel", "RunSpec", "SpansPanel", "TrainingPanel", "captions"]

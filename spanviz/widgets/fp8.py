@@ -20,7 +20,7 @@ from spanviz.train import TrainConfig
 from spanviz.widgets import captions
 from spanviz.widgets.figures import FigureView, side_by_side, slider
 from spanviz.widgets.panel import ANALYTIC_THREADS, Panel
-from spanviz.widgets.training import LOSS_VIEW, History, LiveView, RunSpec
+from spanviz.widgets.specs import LOSS_VIEW, History, LiveView, RunSpec
 from spanviz.plots.fp8 import bound_vs_rank_data, fp8_panel_data, fp8_series
 
 

@@ -19,7 +19,7 @@ from spanviz.train import TrainConfig
 from spanviz.widgets import captions
 from spanviz.widgets.figures import FigureView, computing, slider
 from spanviz.widgets.panel import ANALYTIC_THREADS, Panel
-from spanviz.widgets.training import LOSS_VIEW, History, LiveView, RunSpec
+from spanviz.widgets.specs import LOSS_VIEW, History, LiveView, RunSpec
 from spanviz.plots.local_global import head_masks_data, max_logit_data
 
 

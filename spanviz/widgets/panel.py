@@ -15,7 +15,8 @@ from spanviz.runner import Runner, TrainerLike
 from spanviz.threads import torch_threads
 from spanviz.train import TrainConfig
 from spanviz.widgets.figures import FigureView, use_static
-from spanviz.widgets.training import LiveView, RunSpec, TrainingPanel, default_train_cfg
+from spanviz.widgets.specs import LiveView, RunSpec, default_train_cfg
+from spanviz.widgets.training import TrainingPanel
 
 ANALYTIC_THREADS = 1
 """torch intra-op threads and numpy BLAS threads for the panels' analytic views (decompositions, masks, bounds):

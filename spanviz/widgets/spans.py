@@ -40,7 +40,7 @@ from spanviz.widgets import captions
 from spanviz.widgets.block_scaler import BlockScaler
 from spanviz.widgets.figures import FigureView, computing, side_by_side, slider
 from spanviz.widgets.panel import ANALYTIC_THREADS, Panel, analytic_threads
-from spanviz.widgets.training import LOSS_VIEW, History, LiveView, RunSpec
+from spanviz.widgets.specs import LOSS_VIEW, History, LiveView, RunSpec
 
 
 ANGLE_PAIRS = ("Q–K", "Q–V", "K–V")
