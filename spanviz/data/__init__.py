@@ -5,7 +5,8 @@ Data flows one way through this package:
 1. :mod:`~spanviz.data.wikitext` — :func:`load_wikitext2` returns the text lines of the requested *roles*
    (``train`` and ``eval``), each read from a WikiText-2 *split* (``train``, ``validation`` or ``test``), through
    Hugging Face ``datasets``: from the hub (``Salesforce/wikitext``) or from a local folder of text or parquet
-   files (``data_dir``, ``$SPANVIZ_WIKITEXT_DIR``, or the folder ``spanviz prepare-data --data-dir`` remembered).
+   files (``data_dir``, ``$SPANVIZ_WIKITEXT_DIR``, or the folder ``spanviz prepare-data --data-dir`` remembered);
+   the hub part, and offline use without waiting for an unreachable hub, in :mod:`~spanviz.data.hub`.
    Which folder and which splits: the one split policy of :mod:`spanviz.settings`.
 2. :mod:`~spanviz.data.tokenizers` — :class:`WordTokenizer` (whitespace words plus ``<eos>`` per line, the
    classic WikiText-2 setup) or :class:`ByteTokenizer` (UTF-8 bytes, for the smallest demos).
@@ -21,7 +22,8 @@ Source: WikiText-2 is from Merity, Xiong, Bradbury, Socher, "Pointer Sentinel Mi
 from spanviz.data.batches import get_batch, iter_eval_batches
 from spanviz.data.tokenizers import TOKENIZER_KINDS
 from spanviz.data.tokens import LOCAL_SOURCE, TokenData, load_tokens, prepare_tokens
-from spanviz.data.wikitext import CONFIGS, HUB_ID, HubUnavailableError, MissingSplitError, split_files, splits_for_folder
+from spanviz.data.hub import HUB_ID, HubUnavailableError
+from spanviz.data.wikitext import CONFIGS, MissingSplitError, split_files, splits_for_folder
 from spanviz.settings import (
     DEFAULT_SPLITS, ENV_DATA_DIR, ENV_EVAL_SPLIT, ENV_HOME, ENV_TRAIN_SPLIT, OFFLINE_SPLITS, SPLITS, command_name,
     remember_data_source, resolve_data_source, spanviz_home,

@@ -4,12 +4,7 @@ Lines: WikiText files hold one paragraph (or a `` = Title = `` heading, or a bla
 every line, blank ones included, exactly as in the source with only the line break removed; hub rows
 (which end in ``"\\n"``) and local text files therefore give the same words.
 
-Offline use: the Hugging Face libraries read ``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE`` once, when they
-are imported, and an unreachable hub otherwise costs ~25 s of retries. So ``datasets`` is imported lazily,
-inside the functions, and before any hub download we probe the hub for at most
-:data:`HUB_PROBE_TIMEOUT_S` seconds; when it cannot be reached (or ``SPANVIZ_OFFLINE=1``) we switch the
-Hugging Face libraries to offline mode, which loads a previously downloaded copy from the Hugging Face
-cache or fails at once with :class:`HubUnavailableError` explaining how to use a local folder.
+The hub, and offline use without waiting for a hub that does not answer: :mod:`spanviz.data.hub`.
 
 Source: WikiText-2 is from Merity, Xiong, Bradbury, Socher, "Pointer Sentinel Mixture Models" (2016).
 """
@@ -19,43 +14,23 @@ from __future__ import annotations
 import codecs
 import logging
 import os
-import sys
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spanviz.data.hub import HUB_ID, hub_texts, import_datasets
 from spanviz.files import open_bounded
 from spanviz.settings import (
-    DATA_SOURCE_FILE, DEFAULT_SPLITS, ENV_DATA_DIR, ENV_OFFLINE, OFFLINE_SPLITS, SPLITS, check_splits, command_name,
-    env_flag, resolve_data_source, spanviz_home,
+    DATA_SOURCE_FILE, DEFAULT_SPLITS, ENV_DATA_DIR, ENV_OFFLINE, SPLITS, check_splits, env_flag, resolve_data_source,
+    spanviz_home,
 )
 
 logger = logging.getLogger(__name__)
 
-HUB_ID = "Salesforce/wikitext"
-"""The Hugging Face hub dataset that holds WikiText-2."""
-
 CONFIGS = ("wikitext-2-v1", "wikitext-2-raw-v1")
 """Allowed ``config`` values: ``-v1`` is tokenized with rare words replaced by ``<unk>``; ``-raw-v1`` is
 the original text."""
-
-HUB_PROBE_TIMEOUT_S = 3.0
-"""Seconds we wait for the hub to answer before treating it as unreachable."""
-
-
-class HubUnavailableError(ConnectionError):
-    """The Hugging Face hub could not be used and no cached copy was found; the message says what to do.
-
-    Attributes: ``reason`` (why the hub could not be used, one clause).
-    """
-
-    def __init__(self, message: str, reason: str = "") -> None:
-        super().__init__(message)
-        self.reason = reason
-
 
 class MissingSplitError(ValueError):
     """A split is not in a local WikiText-2 folder; the message lists what was looked for and what to do.
@@ -126,7 +101,7 @@ def load_wikitext2(
        parquet files give one line per row of their ``text`` column. ``datasets`` keeps an Arrow copy of
        local files in ``$SPANVIZ_HOME/hf-datasets``.
     2. Otherwise the hub: ``datasets.load_dataset("Salesforce/wikitext", config)``. If the hub does not
-       answer within :data:`HUB_PROBE_TIMEOUT_S` seconds, or ``offline`` is true, only the local Hugging Face
+       answer within :data:`~spanviz.data.hub.HUB_PROBE_TIMEOUT_S` seconds, or ``offline`` is true, only the local Hugging Face
        cache is used (offline mode).
 
     Args:
@@ -143,7 +118,7 @@ def load_wikitext2(
     Raises:
         ValueError: bad ``config``, ``splits`` or ``data_dir``, or a split that is not in the local folder
             (the message lists the files looked for and what to do instead).
-        HubUnavailableError: the hub cannot be reached and the dataset is not in the Hugging Face cache.
+        spanviz.data.hub.HubUnavailableError: the hub cannot be reached and the dataset is not in the Hugging Face cache.
     """
     config = _check_config(config)
     splits = check_splits(splits)
@@ -154,7 +129,9 @@ def load_wikitext2(
                        splits["train"])
     if folder is not None:
         return _load_from_folder(folder, config, splits)
-    return _load_from_hub(config, splits, offline)
+    texts = hub_texts(config, splits, offline)
+    return Corpus(lines={role: _strip_line_breaks(t) for role, t in texts.items()}, splits=dict(splits), source=HUB_ID,
+                  config=config)
 
 
 def _check_config(config: str) -> str:
@@ -335,7 +312,7 @@ def _load_from_folder(folder: Path, config: str, splits: dict[str, str]) -> Corp
                 with open_bounded(path, MAX_SPLIT_BYTES):
                     pass
 
-    datasets = _import_datasets(offline=False)
+    datasets = import_datasets(offline=False)
     cache_dir = str(spanviz_home() / "hf-datasets")  # datasets' Arrow copies of local files live here
     lines = {}
     for role, paths in files.items():
@@ -366,91 +343,3 @@ def _load_from_folder(folder: Path, config: str, splits: dict[str, str]) -> Corp
 def _strip_line_breaks(texts: Iterable[str | None]) -> list[str]:
     """One line per row, without its trailing line break (hub rows end in ``"\\n"``)."""
     return [(text or "").removesuffix("\n").removesuffix("\r") for text in texts]
-
-
-# ---- the hub --------------------------------------------------------------------------------------
-
-
-def _hub_endpoint() -> str:
-    return os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
-
-
-def _probe_hub(timeout: float = HUB_PROBE_TIMEOUT_S) -> str | None:
-    """Ask the hub for any answer within ``timeout`` seconds. Returns None if it answered, else why not."""
-    request = urllib.request.Request(_hub_endpoint(), method="HEAD")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout):
-            return None
-    except urllib.error.HTTPError:
-        return None  # the server answered (with an error status): it is reachable
-    except OSError as error:  # DNS failure, refused connection, timeout, TLS failure (URLError is an OSError)
-        return f"{_hub_endpoint()}: {getattr(error, 'reason', error)}"
-
-
-def _hub_help(reason: str) -> HubUnavailableError:
-    return HubUnavailableError(
-        f"Could not load WikiText-2 from the Hugging Face hub ({HUB_ID}): {reason}. "
-        f"Use a local copy instead: pass data_dir=<folder> (command line: --data-dir <folder>) or set "
-        f"{ENV_DATA_DIR}=<folder>, where the folder holds valid.txt/test.txt (and train.txt), "
-        f"wiki.*.tokens, or the hub's *.parquet files; for a copy without the train split, train on "
-        f"validation: splits={dict(OFFLINE_SPLITS)!r} (command line: --train-split validation --eval-split "
-        f"test). Or, on a machine with internet, run `{command_name()} prepare-data` once; later runs with "
-        f"{ENV_OFFLINE}=1 use the downloaded copy.",
-        reason,
-    )
-
-
-def _import_datasets(offline: bool):
-    """Import Hugging Face ``datasets``; with ``offline``, first switch the HF libraries to offline mode.
-
-    The libraries read the offline switch once, on import; if they were imported already, check
-    :func:`_datasets_is_offline` afterwards.
-    """
-    if offline and "datasets" not in sys.modules and "huggingface_hub" not in sys.modules:
-        logger.info("switching the Hugging Face libraries to offline mode (HF_HUB_OFFLINE=1)")
-        os.environ["HF_HUB_OFFLINE"] = "1"
-        os.environ["HF_DATASETS_OFFLINE"] = "1"
-    import datasets
-
-    return datasets
-
-
-def _datasets_is_offline(datasets) -> bool:
-    """Whether ``datasets`` (and ``huggingface_hub``) run in offline mode, i.e. fail fast without network."""
-    import huggingface_hub.constants
-
-    datasets_offline = getattr(datasets.config, "HF_HUB_OFFLINE", None)
-    if datasets_offline is None:  # datasets < 2.19 called it HF_DATASETS_OFFLINE
-        datasets_offline = getattr(datasets.config, "HF_DATASETS_OFFLINE", False)
-    return bool(datasets_offline) and bool(huggingface_hub.constants.HF_HUB_OFFLINE)
-
-
-def _load_from_hub(config: str, splits: dict[str, str], offline: bool) -> Corpus:
-    unreachable = None
-    if not offline:
-        unreachable = _probe_hub()
-        if unreachable is not None:
-            logger.warning("the Hugging Face hub is unreachable (%s); trying the Hugging Face cache offline",
-                           unreachable)
-            offline = True
-    datasets = _import_datasets(offline)
-    if offline and not _datasets_is_offline(datasets):
-        # Calling load_dataset now would spend ~25 s retrying the network: fail at once instead.
-        why = f"the hub is unreachable ({unreachable})" if unreachable else "offline mode was requested"
-        raise _hub_help(
-            f"{why}, and the Hugging Face cache cannot be tried because `datasets` was imported before "
-            f"offline mode could be switched on (set {ENV_OFFLINE}=1 or HF_HUB_OFFLINE=1 before starting "
-            "Python to use a copy downloaded earlier)"
-        )
-    try:
-        dataset = datasets.load_dataset(HUB_ID, config)
-    except OSError as error:  # ConnectionError (incl. offline mode), FileNotFoundError (not cached)
-        if unreachable:
-            why = f"the hub is unreachable ({unreachable}) and WikiText-2 is not in the Hugging Face cache"
-        elif offline:
-            why = "offline mode is on and WikiText-2 is not in the Hugging Face cache"
-        else:
-            why = "the download failed"
-        raise _hub_help(f"{why} ({type(error).__name__}: {error})") from error
-    lines = {role: _strip_line_breaks(dataset[split]["text"]) for role, split in splits.items()}
-    return Corpus(lines=lines, splits=dict(splits), source=HUB_ID, config=config)
