@@ -2,32 +2,19 @@
 
 Shapes: B batch, T context length (tokens), H = n_head, d = d_model, d_head = d_model / n_head, V vocab.
 
-Attention has two paths that compute the same function (to fp32 tolerance, tested), side by side below; this
-is the one attention implementation of spanviz:
+The one attention implementation of spanviz has two paths that compute the same function (to fp32 tolerance,
+tested): :func:`explicit_attention` forms the scores S = Q Kᵀ/√d_head (B, H, T, T) *before* the mask and passes
+every intermediate through a named :class:`~spanviz.hook_points.HookPoint` (TransformerLens naming: ``hook_q``,
+``hook_k``, ``hook_v``, ``hook_attn_scores``, ``hook_pattern``) so probes can read and replace them;
+:func:`fused_attention` calls ``scaled_dot_product_attention`` (or FlexAttention on CUDA for local/global heads)
+and never materialises the T×T matrices. The fused path runs whenever nothing needs the explicit tensors.
 
-* :func:`explicit_attention` forms the scores S = Q Kᵀ/√d_head (B, H, T, T) *before* the mask, adds the
-  additive mask (0 / −inf), applies softmax and multiplies by V. Every intermediate passes through a named
-  :class:`~spanviz.hook_points.HookPoint` (TransformerLens naming: ``hook_q``, ``hook_k``, ``hook_v``,
-  ``hook_attn_scores``, ``hook_pattern``), so probes can read them and interventions can replace them;
-* :func:`fused_attention` calls ``scaled_dot_product_attention`` (or FlexAttention on CUDA for local/global
-  heads) and never materialises the T×T matrices. It runs whenever nothing needs the explicit tensors (no
-  hook registered, no score-gradient transform without a fast path, no attention dropout under a score
-  transform while training, backend not forced).
-
-How the techniques plug in: the model imports their *core* files only — their settings are fields of
-:class:`GPTConfig` (so a run's store key holds them), and each layer builds its plug-in slots from them:
-
-* **per-head masks** (LS-attention, arXiv 2505.15548): ``n_local`` / ``window`` → a mask predicate and its cached
-  masks from :mod:`spanviz.local_global.core`; FlexAttention from :mod:`spanviz.local_global.flex`;
-* **score-gradient transforms** (span / violation scaling, arXiv 2512.13033): ``spans`` →
-  :func:`spanviz.spans.fused.build_grad_fns`, applied to ∂L/∂S of the pre-mask scores (explicit path: the definition),
-  inside the backward of the fused path (:mod:`spanviz.spans.fused`: the same gradients, no T×T tensor kept), or
-  to ∂L/∂Q and ∂L/∂K (qk4's closed form, fused path);
-* **probes** (logit growth, FP8 bounds) live in the technique packages and read the hook points and
-  :meth:`Attention.qk_weights`; the model imports none of them.
-
-A new mask or gradient transform needs no edit here: set the slots of :class:`Attention` (``mask_mod``,
-``score_grad_fn``, ``qk_grad_fn``) at run time.
+The techniques plug in through the model's imports of their *core* files only: their settings are fields of
+:class:`GPTConfig` (so a run's store key holds them), and each :class:`Attention` builds its slots from them —
+``mask_mod``, the per-head masks of LS-attention (arXiv 2505.15548, :mod:`spanviz.local_global`), and
+``score_grad_fn`` / ``qk_grad_fn``, the score-gradient transforms of span / violation scaling (arXiv 2512.13033,
+:mod:`spanviz.spans`). Probes (logit growth, FP8 bounds) live in the technique packages and read the hook points
+and :meth:`Attention.qk_weights`. A new mask or gradient transform needs no edit here: set the slots at run time.
 """
 
 from __future__ import annotations
@@ -143,8 +130,7 @@ class GPTConfig:
 
 
 class LowRankQuery(nn.Module):
-    """Query projection whose per-head matrix W^Q_h = A_h B_h has rank <= r (the FP8 "rank knob").
-
+    """Query projection whose per-head matrix W^Q_h = A_h B_h has rank <= r (the FP8 "rank knob"):
     x (B, T, d_model) → (B, T, n_head·d_head). A_h: d_model×r (one shared ``down`` Linear), B_h: r×d_head.
     Source: spanviz's own construction for arXiv 2602.18851's rank experiments.
     """
@@ -169,14 +155,10 @@ class LowRankQuery(nn.Module):
         return a @ self.up
 
 
-def _identity(t: Tensor) -> Tensor:
-    return t
-
-
 def explicit_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask_mod: MaskMod, *, hook_scores: Callable[[Tensor], Tensor] = _identity,
-    hook_pattern: Callable[[Tensor], Tensor] = _identity, score_grad_fn: Callable[..., Tensor] | None = None,
-    dropout: Callable[[Tensor], Tensor] = _identity,
+    q: Tensor, k: Tensor, v: Tensor, mask_mod: MaskMod, *, hook_scores: Callable[[Tensor], Tensor] = nn.Identity(),
+    hook_pattern: Callable[[Tensor], Tensor] = nn.Identity(), score_grad_fn: Callable[..., Tensor] | None = None,
+    dropout: Callable[[Tensor], Tensor] = nn.Identity(),
 ) -> Tensor:
     """The explicit path: scores, additive mask, softmax, times v — every intermediate visible.
 
@@ -184,8 +166,7 @@ def explicit_attention(
         q, k: (B, H, T, d_head); v: (B, H, T, d_v). mask_mod: the mask predicate (its additive mask M is cached).
         hook_scores, hook_pattern: tensor → tensor on the pre-mask scores S and on the pattern P (hook points).
         score_grad_fn: (dS, q, k, v) → dS' on ∂L/∂S during backward (q, k, v detached). dropout: on P.
-    Returns:
-        y (B, H, T, d_v), equal to :func:`fused_attention`'s to fp32 tolerance (tested).
+    Returns: y (B, H, T, d_v), equal to :func:`fused_attention`'s to fp32 tolerance (tested).
     """
     B, H, T, d_head = q.shape
     # S = q kᵀ / √d_head
@@ -227,18 +208,15 @@ def fused_attention(
 class Attention(nn.Module):
     """Multi-head causal self-attention with per-head masks, hook points and gradient-transform slots.
 
-    Input and output: (B, T, d_model). See the module docstring for the two paths.
-
-    Plug-in slots (set from the config, replaceable at run time, e.g. through :meth:`TinyGPT.set_span_scaling`):
+    Input and output: (B, T, d_model). Slots (from the config; replaceable, e.g. :meth:`TinyGPT.set_span_scaling`):
         mask_mod: predicate (b, h, q_idx, kv_idx) → bool tensor, True where key kv_idx may be attended.
-        score_grad_fn: (dS, q, k, v) → dS', applied to the gradient of the pre-mask scores (B, H, T, T);
-            q, k, v (B, H, T, d_head) are detached. The definition runs on the explicit path; a transform with
-            an ``attention(q, k, v, attend, mask)`` method (:class:`spanviz.spans.fused.ScoreTransform`) has a fast
-            path that keeps the fused forward and applies the same transform in the backward — taken unless a
-            hook needs the explicit tensors or attention dropout is on while training. A plain function
-            forces the explicit path while gradients are on.
-        qk_grad_fn: (grad, x, side) → grad', applied to ∂L/∂q with x = q, side "q", and to ∂L/∂k with x = k,
-            side "k" (B, H, T, d_head).
+        score_grad_fn: (dS, q, k, v) → dS' on ∂L/∂S of the pre-mask scores (B, H, T, T); q, k, v detached. The
+            definition runs on the explicit path; a transform with an ``attention(q, k, v, attend, mask)`` method
+            (:class:`spanviz.spans.fused.ScoreTransform`) keeps the fused forward and applies the same transform
+            in its backward, unless a hook or attention dropout while training needs the explicit tensors. A
+            plain function forces the explicit path while gradients are on.
+        qk_grad_fn: (grad, x, side) → grad' on ∂L/∂q (x = q, side "q") and ∂L/∂k (x = k, side "k"),
+            (B, H, T, d_head).
     """
 
     def __init__(self, cfg: GPTConfig, layer: int) -> None:
@@ -269,22 +247,14 @@ class Attention(nn.Module):
 
     def needs_explicit(self, grad_enabled: bool) -> bool:
         """True when this call must go through the explicit path (hooks, forced backend, a score transform
-        without a fast path or with attention dropout while training)."""
-        if self.backend == "explicit":
-            return True
-        if self.score_grad_fn is not None and grad_enabled and not self._fast_score_transform():
+        without a fast path or with attention dropout while training: the fast path recomputes P in backward)."""
+        fast = hasattr(self.score_grad_fn, "attention") and not (self.training and self.dropout > 0)
+        if self.backend == "explicit" or (self.score_grad_fn is not None and grad_enabled and not fast):
             return True
         return any(getattr(self, name).active for name in ("hook_attn_scores", "hook_pattern"))
 
-    def _fast_score_transform(self) -> bool:
-        """Whether ``score_grad_fn`` can run as its fused fast path here (it has one, and no dropout on P:
-        the fast path recomputes P in backward and cannot replay a dropout draw)."""
-        return hasattr(self.score_grad_fn, "attention") and not (self.training and self.dropout > 0)
-
     def qk_weights(self) -> tuple[Tensor, Tensor | None, Tensor, Tensor | None]:
-        """Per-head query/key weights as used in ``q_h = x @ W_Q[h] + b_Q[h]`` (x = LayerNorm output).
-
-        Returns:
+        """Per-head query/key weights as used in ``q_h = x @ W_Q[h] + b_Q[h]`` (x = LayerNorm output): returns
             (W_Q (H, d_model, d_head), b_Q (H, d_head) or None, W_K (H, d_model, d_head), b_K or None).
             W^Q_h W^K_hᵀ is the d_model×d_model bilinear form of head h's logits (times 1/√d_head).
             Note: with ``qk_norm`` the logits are not bilinear in x; FP8 bounds then do not apply.
@@ -359,17 +329,12 @@ class Block(nn.Module):
 class TinyGPT(HookedRootModule):
     """A small GPT-2-style language model: learned positions, pre-LN blocks, GELU MLP, tied embeddings.
 
-    Init: N(0, 0.02) for all weights, N(0, 0.02/√(2·n_layer)) for the residual output projections
-    (W_O and the MLP's down-projection), zero biases (GPT-2 convention).
-
-    Call: ``logits, loss = model(idx, targets)`` with idx, targets (B, T) long, T <= context_length;
-    logits (B, T, V) float; loss is the mean cross-entropy in nats (None without targets).
+    Init (GPT-2): N(0, 0.02) for all weights, N(0, 0.02/√(2·n_layer)) for the residual output projections (W_O and
+    the MLP's down-projection), zero biases. Call: ``logits, loss = model(idx, targets)`` with idx, targets (B, T)
+    long, T <= context_length; logits (B, T, V) float; loss the mean cross-entropy in nats (None without targets).
     ``_, loss = model(idx, targets, return_logits=False)`` gives the same loss (to fp32 rounding) without ever
-    holding the (B·T, V) logits: lm_head and cross-entropy a chunk of rows at a time
-    (:func:`spanviz.lm_loss.lm_cross_entropy`) — what training and evaluation use.
-
-    Raises:
-        ValueError: when idx is not 2-D or T exceeds ``cfg.context_length``.
+    holding the (B·T, V) logits (:func:`spanviz.lm_loss.lm_cross_entropy`, a chunk of rows at a time) — what
+    training and evaluation use. Raises ``ValueError`` when idx is not 2-D or T exceeds ``cfg.context_length``.
     """
 
     def __init__(self, cfg: GPTConfig) -> None:
@@ -384,7 +349,7 @@ class TinyGPT(HookedRootModule):
         self.ln_f = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # weight tying
-        self.apply(self._init_weights)
+        self.apply(self.init_weights)
         residual_std = 0.02 / math.sqrt(2 * cfg.n_layer)
         for block in self.blocks:
             nn.init.normal_(block.attn.W_O.weight, std=residual_std)
@@ -392,17 +357,16 @@ class TinyGPT(HookedRootModule):
         self.set_span_scaling(cfg.spans)
 
     @staticmethod
-    def _init_weights(module: nn.Module) -> None:
+    def init_weights(module: nn.Module) -> None:
+        """GPT-2's init of one module (``model.apply``): Linear and Embedding weights N(0, 0.02), biases 0."""
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
             if getattr(module, "bias", None) is not None:
                 nn.init.zeros_(module.bias)
 
     def set_span_scaling(self, span_cfg: SpanConfig | None) -> None:
-        """Install (or remove, with None) span / violation gradient scaling on the configured layers.
-
-        Changes only the backward pass; ``self.cfg`` is updated so run records stay truthful.
-        """
+        """Install (or remove, with None) span / violation gradient scaling on the configured layers: changes
+        only the backward pass; ``self.cfg`` is updated so run records stay truthful."""
         if span_cfg is not None:
             span_cfg.check_layers(self.cfg.n_layer)
         self.cfg = replace(self.cfg, spans=span_cfg)
@@ -427,9 +391,7 @@ class TinyGPT(HookedRootModule):
         if targets is not None and not return_logits:  # the loss alone: never all (B·T, V) logits at once
             return None, lm_cross_entropy(h.flatten(0, 1), self.lm_head.weight, targets.flatten())
         logits = self.lm_head(h)  # (B, T, V)
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+        loss = None if targets is None else F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
         return logits, loss
 
     def num_params(self) -> int:

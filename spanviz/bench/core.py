@@ -84,7 +84,7 @@ class PlainGPT(nn.Module):
         self.head.weight = self.wte.weight
         # Same init as TinyGPT (PyTorch's default N(0, 1) embeddings would start at loss ~90 and crawl
         # through denormal gradients, an unfair reference).
-        self.apply(TinyGPT._init_weights)
+        self.apply(TinyGPT.init_weights)
         for block in self.blocks:
             nn.init.normal_(block.o.weight, std=0.02 / math.sqrt(2 * cfg.n_layer))
             nn.init.normal_(block.proj.weight, std=0.02 / math.sqrt(2 * cfg.n_layer))
