@@ -255,10 +255,9 @@ class Attention(nn.Module):
 
     def qk_weights(self) -> tuple[Tensor, Tensor | None, Tensor, Tensor | None]:
         """Per-head query/key weights as used in ``q_h = x @ W_Q[h] + b_Q[h]`` (x = LayerNorm output): returns
-            (W_Q (H, d_model, d_head), b_Q (H, d_head) or None, W_K (H, d_model, d_head), b_K or None).
-            W^Q_h W^K_hᵀ is the d_model×d_model bilinear form of head h's logits (times 1/√d_head).
-            Note: with ``qk_norm`` the logits are not bilinear in x; FP8 bounds then do not apply.
-        """
+        (W_Q (H, d_model, d_head), b_Q (H, d_head) or None, W_K (H, d_model, d_head), b_K or None). W^Q_h W^K_hᵀ is
+        the d_model×d_model bilinear form of head h's logits (times 1/√d_head). With ``qk_norm`` the logits are
+        not bilinear in x; FP8 bounds then do not apply."""
         H, dh = self.n_head, self.d_head
         low_rank = isinstance(self.W_Q, LowRankQuery)
         wq = self.W_Q.per_head_weight() if low_rank else self.W_Q.weight.view(H, dh, -1).transpose(1, 2)
