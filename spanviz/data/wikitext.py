@@ -129,9 +129,8 @@ def load_wikitext2(
                        splits["train"])
     if folder is not None:
         return _load_from_folder(folder, config, splits)
-    texts = hub_texts(config, splits, offline)
-    return Corpus(lines={role: _strip_line_breaks(t) for role, t in texts.items()}, splits=dict(splits), source=HUB_ID,
-                  config=config)
+    lines = {role: _strip_line_breaks(texts) for role, texts in hub_texts(config, splits, offline).items()}
+    return Corpus(lines=lines, splits=dict(splits), source=HUB_ID, config=config)
 
 
 def _check_config(config: str) -> str:
