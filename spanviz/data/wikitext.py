@@ -101,8 +101,8 @@ def load_wikitext2(
        parquet files give one line per row of their ``text`` column. ``datasets`` keeps an Arrow copy of
        local files in ``$SPANVIZ_HOME/hf-datasets``.
     2. Otherwise the hub: ``datasets.load_dataset("Salesforce/wikitext", config)``. If the hub does not
-       answer within :data:`~spanviz.data.hub.HUB_PROBE_TIMEOUT_S` seconds, or ``offline`` is true, only the local Hugging Face
-       cache is used (offline mode).
+       answer within :data:`~spanviz.data.hub.HUB_PROBE_TIMEOUT_S` seconds, or ``offline`` is true, only the
+       local Hugging Face cache is used (offline mode).
 
     Args:
         data_dir: local folder, or ``None`` for ``$SPANVIZ_WIKITEXT_DIR`` and then the hub.
@@ -118,7 +118,8 @@ def load_wikitext2(
     Raises:
         ValueError: bad ``config``, ``splits`` or ``data_dir``, or a split that is not in the local folder
             (the message lists the files looked for and what to do instead).
-        spanviz.data.hub.HubUnavailableError: the hub cannot be reached and the dataset is not in the Hugging Face cache.
+        spanviz.data.hub.HubUnavailableError: the hub cannot be reached and the dataset is not in the Hugging
+            Face cache.
     """
     config = _check_config(config)
     splits = check_splits(splits)

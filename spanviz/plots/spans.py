@@ -279,9 +279,8 @@ def subspace_angles_data(angles: Mapping[str, Any]) -> list[Trace]:
     traces = []
     for i, (pair, theta) in enumerate(angles.items()):
         deg = np.degrees(as_array(theta))
-        traces.append(
-            {"type": "bar", "x": np.arange(1, len(deg) + 1), "y": deg, "name": pair, "marker": {"color": cycle_color(i)}}
-        )
+        traces.append({"type": "bar", "x": np.arange(1, len(deg) + 1), "y": deg, "name": pair,
+                       "marker": {"color": cycle_color(i)}})
     return traces
 
 
