@@ -3,7 +3,8 @@
 The saved notebook still holds its widget outputs, but no kernel has their models: JupyterLab's widget renderer
 writes "Error displaying widget: model not found" in their place and logs "widget model not found" to the console,
 once per output. spanviz puts a one-line hint before every widget output
-(spanviz.widgets.figure_widget.install_reopen_hint) whose style sheet shows it only then, in place of the error. Running the notebook again brings the panel back.
+(spanviz.widgets.figure_widget.install_reopen_hint) whose style sheet shows it only then, in place of the error.
+Running the notebook again brings the panel back.
 
 The console messages are JupyterLab's (jupyterlab-manager's renderer logs each missing model); spanviz cannot stop
 them without a lab extension of its own. The test pins them down: exactly one per stale output, nothing else.
