@@ -11,8 +11,8 @@ from spanviz.plots.common import layer_series, series
 from spanviz.plots.curves import seed_band
 from spanviz.plots.fp8 import STRATEGY_COLORS, bound_color
 from spanviz.plots.local_global import head_masks_data
-from spanviz.plots.span_toy import span_toy
 from spanviz.plots.spans import DIM_OPACITY, span_blocks_data
+from spanviz.spans.demos import span_toy
 
 H1 = {"step": [0, 1, 2, 3], "train_loss": [5.0, 4.0, 3.0, 2.0], "val_loss": [None, 4.5, None, 3.0]}
 H2 = {"step": [0, 1, 2, 3], "train_loss": [5.0, 4.2, 3.2, 2.4], "val_loss": [None, 4.7, None, 3.4]}

@@ -1,5 +1,5 @@
-"""Span / violation gradient scaling (arXiv 2512.13033): score-gradient blocks, energy by order, and principal
-angles between the spans of Q, K and V (the T = 3 toy is in :mod:`spanviz.plots.span_toy`)."""
+"""Span / violation gradient scaling (arXiv 2512.13033): score-gradient blocks, energy by order, principal
+angles between the spans of Q, K and V, and the T = 3 toy (computed by :func:`spanviz.spans.demos.span_toy`)."""
 
 from __future__ import annotations
 
@@ -302,5 +302,75 @@ def subspace_angles_figure(angles: Mapping[str, Any], title: str | None = None) 
         height=420,
         margin={"l": 50, "r": 10, "t": 40, "b": 40},
         legend={"orientation": "h", "y": -0.2},
+    )
+    return fig
+
+
+# ------------------------------------------------------------------------------------------- the T = 3 toy
+def _arrow(vec: np.ndarray, name: str, color: str, dash: str = "solid", width: int = 6) -> Trace:
+    return {
+        "type": "scatter3d",
+        "x": [0.0, vec[0]],
+        "y": [0.0, vec[1]],
+        "z": [0.0, vec[2]],
+        "mode": "lines+markers",
+        "marker": {"size": [0, 5], "color": color, "symbol": "diamond"},
+        "line": {"color": color, "width": width, "dash": dash},
+        "name": name,
+    }
+
+
+def span_toy_data(toy: Mapping[str, np.ndarray], alphas: Sequence[float] = (1.0, 1.0)) -> list[Trace]:
+    """Traces of :func:`span_toy_figure`: plane, the two basis columns, g, g∥, g⊥, and α∥g∥ + α⊥g⊥."""
+    a_par, a_perp = (float(a) for a in alphas)
+    g, par, perp, frame = toy["grad"], toy["parallel"], toy["violation"], toy["frame"]
+    extent = 1.2 * max(np.abs(g).max(), np.abs(toy["basis"]).max(), 1e-9)
+    corners = np.array([[-1, -1], [1, -1], [1, 1], [-1, 1]]) * extent
+    pts = corners @ frame.T  # (4, 3)
+    traces: list[Trace] = [
+        {
+            "type": "mesh3d",
+            "x": pts[:, 0],
+            "y": pts[:, 1],
+            "z": pts[:, 2],
+            "i": [0, 0],
+            "j": [1, 2],
+            "k": [2, 3],
+            "color": "#1f77b4",
+            "opacity": 0.2,
+            "name": "span(X)",
+            "showlegend": True,
+            "hoverinfo": "skip",
+        }
+    ]
+    for c in range(2):
+        traces.append(_arrow(toy["basis"][:, c], f"x{c + 1} (column of X)", "gray", width=3))
+    traces.append(_arrow(g, "g (gradient)", "black"))
+    traces.append(_arrow(par, "g∥ = Π g (span)", ORDER_COLORS[0]))
+    traces.append(_arrow(perp, "g⊥ = g − Π g (violation)", ORDER_COLORS[3]))
+    traces.append(_arrow(a_par * par + a_perp * perp, f"{a_par:g}·g∥ + {a_perp:g}·g⊥", ORDER_COLORS[1], "dash"))
+    return traces
+
+
+def span_toy_figure(
+    toy: Mapping[str, np.ndarray], alphas: Sequence[float] = (1.0, 1.0), title: str | None = None
+) -> go.Figure:
+    """3-D view of the T = 3 toy: the span plane in R³, g and its parallel / violation parts.
+
+    Args:
+        toy: output of :func:`spanviz.spans.demos.span_toy` (``basis`` (3, 2), ``grad``, ``parallel``,
+            ``violation`` (3,), ``frame`` (3, 2)).
+        alphas: (α∥, α⊥) scales of the parallel and violation parts for the rescaled gradient (dashed).
+    Returns:
+        Figure with 7 traces: plane (mesh3d), the 2 columns of X, g, g∥, g⊥, α∥g∥ + α⊥g⊥ (scatter3d).
+    """
+    fig = go.Figure(data=span_toy_data(toy, alphas))
+    fig.update_layout(
+        title=title or "token space R³ (T = 3): span of X and a gradient column",
+        scene={"aspectmode": "cube", "xaxis_title": "token 1", "yaxis_title": "token 2", "zaxis_title": "token 3"},
+        height=440,
+        # the scene's axis titles reach below its domain: a bottom margin keeps them off what follows the figure
+        margin={"l": 0, "r": 0, "t": 40, "b": 50},
+        uirevision="toy",
     )
     return fig

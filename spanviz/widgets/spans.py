@@ -24,9 +24,9 @@ import torch
 
 from spanviz import plots
 from spanviz.plots.curves import relative_change_data, relative_change_series
-from spanviz.plots.span_toy import span_toy_data
 from spanviz.plots.spans import (
-    energy_by_order_data, energy_series, span_block_cells, span_block_title, span_blocks_traces, subspace_angles_data,
+    energy_by_order_data, energy_series, span_block_cells, span_block_title, span_blocks_traces, span_toy_data,
+    subspace_angles_data,
 )
 from spanviz.widgets.figure_widget import figure_state
 from spanviz.model import GPTConfig, TinyGPT
