@@ -13,9 +13,9 @@ Panels (each a class with ``.widget`` to display, ``.controls`` and ``.views`` d
   live loss curves with seed bands, results-store replays. The technique panels embed one.
 
 Layout of the package: controls and layout only. :mod:`.figures` (:class:`FigureView`, static mode, layout
-helpers), :mod:`.training` (:class:`TrainingPanel`), :mod:`.specs` (:class:`RunSpec`, live views, default data / store /
-settings), :mod:`.panel` (the base
-class :class:`Panel` of the three technique panels), one file per technique panel. What a panel computes comes
+helpers), :mod:`.figure_widget` (the figure widget itself), :mod:`.training` (:class:`TrainingPanel`), :mod:`.specs`
+(:class:`RunSpec`, live views, default data / store / settings), :mod:`.panel` (the base class :class:`Panel` of
+the three technique panels), one file per technique panel. What a panel computes comes
 from the technique packages (:func:`spanviz.spans.capture_score_grads`, :func:`spanviz.local_global.head_masks`,
 :class:`spanviz.fp8.BoundsVsRank`) and what it draws from :mod:`spanviz.plots`.
 
