@@ -166,7 +166,7 @@ class BoundsVsRank:
         return next(x for x in self.rows(delta) if x["r"] == r)
 
     def curves(self, delta: float, margin: int, r: int) -> dict:
-        """Arguments of ``spanviz.plots.bound_vs_rank_data``: each bound times 2^margin — the largest |S| the E4M3
+        """Arguments of ``spanviz.plots.fp8.bound_vs_rank_data``: each bound times 2^margin — the largest |S| the E4M3
         scale picked from that bound holds (s = 448 / (2^margin · B)); at margin 0, the bounds themselves. Also
         ``reference`` = √(r/d_head) × the rank-aware one at r = d_head (what the bound would be if it shrank like
         √r; it does not, because γ grows as r shrinks) and ``gamma`` = γ(r) at δ."""

@@ -16,8 +16,8 @@ Layout of the package: controls and layout only. :mod:`.figures` (:class:`Figure
 helpers), :mod:`.figure_widget` (the figure widget itself), :mod:`.training` (:class:`TrainingPanel`), :mod:`.specs`
 (:class:`RunSpec`, live views, default data / store / settings), :mod:`.panel` (the base class :class:`Panel` of
 the three technique panels), one file per technique panel. What a panel computes comes
-from the technique packages (:func:`spanviz.spans.capture_score_grads`, :func:`spanviz.local_global.head_masks`,
-:class:`spanviz.fp8.BoundsVsRank`) and what it draws from :mod:`spanviz.plots`.
+from the technique packages (:func:`spanviz.spans.capture_score_grads`, :func:`spanviz.local_global.demos.head_masks`,
+:class:`spanviz.fp8.demos.BoundsVsRank`) and what it draws from :mod:`spanviz.plots`.
 
 Rendering: a :class:`FigureView` holds a :class:`spanviz.widgets.figure_widget.PlotlyFigure` (JupyterLab, Notebook 7;
 the figure's whole state is synced, see that module for why not ``go.FigureWidget``) or, where custom widgets

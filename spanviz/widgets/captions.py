@@ -260,7 +260,7 @@ def bounds_caption(curves: Mapping[str, Any], *, sigma: Sequence[float], d: int,
 
     Compares the picked r with r = d_head (with r = 1 when r = d_head is picked).
 
-    Args: curves: :meth:`spanviz.fp8.BoundsVsRank.curves` (``ranks``, ``bounds``, ``reference``, ``gamma``,
+    Args: curves: :meth:`spanviz.fp8.demos.BoundsVsRank.curves` (``ranks``, ``bounds``, ``reference``, ``gamma``,
         ``r``). sigma: σ per rank (same order). d: the input dimension (γ·r is capped at d). d_head: the largest
         rank. delta: δ. n_keys: N keys.
     Returns: HTML.
