@@ -17,8 +17,10 @@ The package, in reading order:
   techniques' probes), :class:`~spanviz.train.callbacks.ProbeSet`, :class:`~spanviz.train.callbacks.ProgressBar`;
 * :mod:`spanviz.train.record` — :class:`RunRecord`, its JSON, the run config the results store keys by, and
   :func:`~spanviz.train.record.append_rows`, the one place a history grows;
-* :mod:`spanviz.train.checkpoint` — checkpoint files: write, read and check, restore;
-* :mod:`spanviz.train.guards` — the run's private RNG stream, and Ctrl-C deferred to the end of an update.
+* :mod:`spanviz.train.checkpoint` — checkpoint files of :meth:`Trainer.state_dict`: write atomically, read and
+  check, continue a run from one (:meth:`Trainer.load_state_dict`);
+* :mod:`spanviz.train.guards` — the run's private RNG stream, and stop requests and Ctrl-C kept to the boundaries
+  between updates (:class:`~spanviz.train.guards.Interruption`, the context manager around the loop).
 """
 
 from spanviz.files import atomic_write
