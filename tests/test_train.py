@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 
 from spanviz.data import OFFLINE_SPLITS, prepare_tokens
 from spanviz.model import GPTConfig
-from spanviz.train import CORE_KEYS, RunRecord, TrainConfig, Trainer, lr_at, resolve_device
+from spanviz.train import RunRecord, TrainConfig, Trainer
+from spanviz.train.config import lr_at, resolve_device
+from spanviz.train.record import CORE_KEYS
 
 _DATA: dict[int, object] = {}
 
@@ -611,7 +613,7 @@ def test_resume_with_more_steps_extends_a_finished_run(data, tmp_path):
 
 
 def test_a_checkpoint_whose_state_does_not_fit_is_named(data, tmp_path):
-    from spanviz.train import CheckpointError
+    from spanviz.train.checkpoint import CheckpointError
 
     trainer = Trainer(model_cfg(data), train_cfg(steps=2), data)
     trainer.run()
@@ -626,7 +628,7 @@ def test_a_checkpoint_whose_state_does_not_fit_is_named(data, tmp_path):
 def test_parameter_count_and_memory_check_refuse_before_building(data, monkeypatch):
     from spanviz.model import TinyGPT
     from spanviz.spans import SpanConfig
-    from spanviz.train import check_memory, count_parameters
+    from spanviz.train.config import check_memory, count_parameters
 
     for kw in ({}, {"bias": False}, {"qk_rank": 3}, {"qk_norm": True, "n_local": 1, "window": 4},
                {"spans": SpanConfig(alphas="1000")}):

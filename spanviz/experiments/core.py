@@ -26,8 +26,11 @@ from spanviz.experiments.results import (METRICS, format_table, metric_value, pe
 from spanviz.experiments.stats import (ALPHA, CONFIDENCE, compare_groups, describe_comparison, holm,
                                        paired_comparison)
 from spanviz.model import GPTConfig
-from spanviz.store import STORABLE, ResultsStore
-from spanviz.train import Probe, RunRecord, TrainConfig, Trainer, run_config, to_json_text
+from spanviz.store import ResultsStore
+from spanviz.store.keys import STORABLE
+from spanviz.train import RunRecord, TrainConfig, Trainer
+from spanviz.train.callbacks import Probe
+from spanviz.train.record import run_config, to_json_text
 
 logger = logging.getLogger(__name__)
 

@@ -46,7 +46,7 @@ class ResultsStore:
     Args:
         root: the folder (created on the first write); None = :func:`default_root`.
 
-    Example (``config`` is ``trainer.record.config``, or :func:`spanviz.train.run_config` of the same inputs)::
+    Example (``config`` is ``trainer.record.config``, or :func:`spanviz.train.record.run_config` of the same inputs)::
 
         store = ResultsStore()
         record = store.get(config)  # None the first time

@@ -107,7 +107,7 @@ class RunRecord:
     Attributes:
         config: ``{"model": GPTConfig dict, "train": TrainConfig dict, "data": data.describe() (incl. the
             splits used), "probes": [describe_probe(...)], ...}`` plus any extra entries (e.g. ``variant``,
-            ``seed``, ``tags`` from :func:`spanviz.experiments.run_grid`). The results store keys runs by it.
+            ``seed``, ``tags`` from :func:`spanviz.experiments.core.run_grid`). The results store keys runs by it.
         environment: torch / python / platform / spanviz versions, the git commit and source digest of the code
             (:func:`environment`), device and its name, threads, start time.
         history: ``{key: list}``, all lists the same length, one entry per optimizer update (row); keys

@@ -21,8 +21,11 @@ from spanviz.figure_widget import PlotlyFigure
 from spanviz.model import GPTConfig, TinyGPT
 from spanviz.runner import Job, Runner, TrainerLike
 from spanviz.settings import OFFLINE_SPLITS, resolve_data_source
-from spanviz.store import Found, ResultsStore, replay_note
-from spanviz.train import TrainConfig, Trainer, run_config
+from spanviz.store import ResultsStore
+from spanviz.store.bundle import replay_note
+from spanviz.store.results import Found
+from spanviz.train import TrainConfig, Trainer
+from spanviz.train.record import run_config
 from spanviz.widgets import captions
 from spanviz.widgets.figures import FigureView, use_static
 
