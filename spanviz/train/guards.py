@@ -66,7 +66,7 @@ class Interruption:
     each update. Inside the guard (main thread) a first Ctrl-C only sets :attr:`pending` (the loop stops after
     the current update and the guard then raises ``KeyboardInterrupt``); a second raises at once. On either
     path ``on_interrupt(torn)`` runs before the ``KeyboardInterrupt`` propagates, with ``torn`` True when it
-    struck inside an update — the in-memory state may then be half-updated, and :meth:`guard` refuses from
+    struck inside an update — the in-memory state may then be half-updated, and :meth:`check` refuses from
     then on. Our reconstruction of the usual "finish the step, then stop" handling.
 
     Attributes:
