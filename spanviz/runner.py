@@ -12,15 +12,10 @@ Where the callbacks run: on the event loop of the thread that called :meth:`Runn
 only change on the kernel's loop: ipywidgets is not thread-safe, and it merges the messages a widget sends
 while the kernel handles one from the browser for that widget.
 
-The user interface wins over training: a background training thread lowers its own CPU priority (Linux: a nice
-value per thread, :data:`TRAIN_NICE`), so the kernel's own thread — which handles a slider's message and computes
-the redraw — and the browser drawing it get the CPU first when both want it, on a machine where several notebooks
-train at once; on an idle machine training runs as fast as before. One limit: where Linux schedules each session as
-a group (autogroup, ``/proc/sys/kernel/sched_autogroup_enabled`` = 1, and Jupyter starts every kernel in a session
-of its own), a nice value ranks threads only *within* their group — the kernel's own thread still wins over its
-training thread, but a training kernel as a whole keeps a group's share against the browser. What keeps the browser
-from falling behind several training kernels is the back-pressure of live updates (see
-:meth:`spanviz.widgets.figure_widget.PlotlyFigure.behind`).
+The user interface wins over training: a background training thread lowers its own CPU priority
+(:func:`lower_thread_priority`, :data:`TRAIN_NICE`), so the kernel's own thread — which handles a slider's message
+and computes the redraw — and the browser drawing it get the CPU first when both want it; on an idle machine
+training runs as fast as before.
 
 Why a thread: a blocking training loop in a notebook cell streams plot updates, but a Stop click is only
 handled after the cell ends (the kernel reads the click's message once the cell's code returns). Scripts and
@@ -42,6 +37,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -56,9 +52,9 @@ STATES = ("idle", "running", "done", "stopped", "error")
 TRAIN_NICE = 10
 """The nice value a background training thread gives itself (Linux, where the priority is per thread; elsewhere
 nothing changes). At 10 a thread gets about a tenth of the CPU share of a normal-priority one that wants the CPU at
-the same time — the kernel thread handling a control, the browser, the server (within one scheduling group: see the
-module docstring on autogroup) — and all the CPU nobody else wants. 19 (the lowest) starved training behind any other busy program; the measurements are in the report of
-issue 21."""
+the same time — the kernel thread handling a control, the browser, the server (within one scheduling group: see
+:func:`lower_thread_priority`) — and all the CPU nobody else wants. 19 (the lowest) starved training behind any
+other busy program; the measurements are in the report of issue 21."""
 
 
 class TrainerLike(Protocol):
@@ -96,15 +92,6 @@ class Job:
             raise ValueError(f"job {self.label!r}: steps must be an integer >= 1, got {self.steps!r}")
 
 
-def blocking_default() -> bool:
-    """True when the environment variable ``SPANVIZ_BLOCKING`` is true (read by :func:`spanviz.settings.env_flag`).
-
-    Raises:
-        ValueError: naming the variable, for a value that is not a true/false word.
-    """
-    return bool(env_flag(ENV_BLOCKING))
-
-
 class Runner:
     """Trains jobs step by step in a background thread (or blocking), with throttled refresh callbacks.
 
@@ -131,14 +118,9 @@ class Runner:
     still runs, so a panel can show it).
     """
 
-    def __init__(
-        self,
-        on_update: Callable[[Runner], None] | None = None,
-        on_finish: Callable[[Runner], None] | None = None,
-        refresh_hz: float = 4.0,
-        threads: int | None = None,
-        nice: int | None = TRAIN_NICE,
-    ) -> None:
+    def __init__(self, on_update: Callable[[Runner], None] | None = None,
+                 on_finish: Callable[[Runner], None] | None = None, refresh_hz: float = 4.0,
+                 threads: int | None = None, nice: int | None = TRAIN_NICE) -> None:
         if not refresh_hz > 0:
             raise ValueError(f"refresh_hz must be > 0, got {refresh_hz!r}")
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
@@ -175,21 +157,21 @@ class Runner:
     @property
     def resumable(self) -> bool:
         """True when the last run was stopped with training jobs left unfinished (see :meth:`resume`)."""
-        return self.state == "stopped" and any(
-            self.steps_done[label] < steps for label, steps in self.steps_planned.items()
-        )
+        return self.state == "stopped" and any(self.steps_done[label] < steps
+                                               for label, steps in self.steps_planned.items())
 
     def start(self, jobs: Sequence[Job], blocking: bool | None = None, raise_errors: bool | None = None) -> None:
         """Start a run of ``jobs`` (a fresh start: earlier histories and trainers are dropped).
 
         Args:
             jobs: at least one :class:`Job`, labels unique.
-            blocking: run in the caller's thread and return when done; None = ``SPANVIZ_BLOCKING``.
+            blocking: run in the caller's thread and return when done; None = the environment variable
+                ``SPANVIZ_BLOCKING`` (read by :func:`spanviz.settings.env_flag`).
             raise_errors: re-raise an error of the run after recording it (default: when blocking, so that
                 notebook execution in CI fails loudly).
         Raises:
             RuntimeError: a run is already in progress.
-            ValueError: no jobs or duplicate labels.
+            ValueError: no jobs or duplicate labels; a ``SPANVIZ_BLOCKING`` that is not a true/false word.
         """
         jobs = list(jobs)
         if not jobs:
@@ -209,11 +191,8 @@ class Runner:
         self._launch(blocking, raise_errors, replays=bool(self.replayed))
 
     def resume(self, blocking: bool | None = None, raise_errors: bool | None = None) -> None:
-        """Continue a stopped run: the same trainers go on from their last step; histories grow.
-
-        Raises:
-            RuntimeError: nothing to continue (no run was stopped, or every job had finished).
-        """
+        """Continue a stopped run: the same trainers go on from their last step; histories grow. Raises
+        ``RuntimeError`` when there is nothing to continue (no run was stopped, or every job had finished)."""
         with self._lock:
             if not self.resumable:
                 raise RuntimeError(f"nothing to continue: the last run is {self.state!r}, not a stopped one with "
@@ -230,7 +209,7 @@ class Runner:
         self._stop.clear()
 
     def _launch(self, blocking: bool | None, raise_errors: bool | None, replays: bool) -> None:
-        blocking = blocking_default() if blocking is None else bool(blocking)
+        blocking = bool(env_flag(ENV_BLOCKING)) if blocking is None else bool(blocking)
         raise_errors = blocking if raise_errors is None else bool(raise_errors)
         self._loop = None if blocking else _running_loop()
         self._update_pending.clear()
@@ -244,13 +223,8 @@ class Runner:
             self._thread.start()
 
     def stop(self, wait: bool = True, timeout: float = 2.0) -> bool:
-        """Ask the run to stop after the current optimizer step of its current job.
-
-        Args:
-            wait: block until the worker thread ended (at most ``timeout`` seconds).
-        Returns:
-            True when no run is in progress any more.
-        """
+        """Ask the run to stop after the current optimizer step of its current job; with ``wait``, block until the
+        worker thread ended (at most ``timeout`` seconds). Returns True when no run is in progress any more."""
         self._stop.set()
         if wait:
             self.join(timeout)
@@ -329,10 +303,7 @@ class Runner:
         self._work(replays)
 
     def _work(self, replays: bool) -> None:
-        if self.threads is None:
-            self._train(replays)
-            return
-        with torch_threads(self.threads):
+        with torch_threads(self.threads) if self.threads is not None else nullcontext():
             self._train(replays)
 
     def _train(self, replays: bool) -> None:
@@ -386,7 +357,14 @@ def lower_thread_priority(nice: int | None) -> int | None:
     """Give the calling thread the nice value ``nice`` unless it is nicer already (Linux: ``os.setpriority`` on the
     thread's native id sets that thread's priority only). Returns the thread's nice value afterwards, or None where
     per-thread priorities are not available (other systems) or ``nice`` is None. Never raises: a refused change is
-    logged and training goes on at the old priority."""
+    logged and training goes on at the old priority.
+
+    One limit: where Linux schedules each session as a group (autogroup, ``/proc/sys/kernel/sched_autogroup_enabled``
+    = 1, and Jupyter starts every kernel in a session of its own), a nice value ranks threads only *within* their
+    group — the kernel's own thread still wins over its training thread, but a training kernel as a whole keeps a
+    group's share against the browser. What keeps the browser from falling behind several training kernels is the
+    back-pressure of live updates (:meth:`spanviz.widgets.figure_widget.PlotlyFigure.behind`).
+    """
     if nice is None or not sys.platform.startswith("linux"):
         return None
     tid = threading.get_native_id()

@@ -35,7 +35,8 @@ from spanviz.experiments import read_per_seed
 from spanviz.cli import main
 from spanviz.model import GPTConfig
 from spanviz.store import ResultsStore
-from spanviz.train import TrainConfig, load_checkpoint
+from spanviz.train import TrainConfig
+from spanviz.train.checkpoint import load_checkpoint
 
 SPLITS = ["--train-split", "validation", "--eval-split", "test"]
 TINY_MODEL = ["--d-model", "32", "--n-head", "2", "--n-layer", "1", "--context-length", "32", "--batch-size", "8"]
@@ -185,7 +186,7 @@ def test_resume_extends_a_finished_run_on_the_same_curve(data_flags, tmp_path, c
     capsys.readouterr()
     assert main(["train", *base, "--steps", "16", "--resume", "--out", str(cosine)]) == 0
     assert "note: extending 8 to 16 updates" in capsys.readouterr().err
-    from spanviz.train import lr_at
+    from spanviz.train.config import lr_at
 
     lrs = history(cosine)["lr"]
     assert lrs[8:] == [lr_at(s, TrainConfig(steps=16, warmup_steps=2)) for s in range(8, 16)]
@@ -541,7 +542,7 @@ def test_messages_name_flags_not_python_or_team_folders(wikitext_dir, capsys, mo
 def test_runs_export_then_import_into_a_fresh_store(wikitext_dir, tmp_path, capsys):
     """The workshop recipe: sweep on one machine, export, import elsewhere, replay without training."""
     from spanviz.data import prepare_tokens
-    from spanviz.experiments import run_grid
+    from spanviz.experiments.core import run_grid
 
     data = prepare_tokens(wikitext_dir, splits={"train": "validation", "eval": "test"}, max_vocab=512)
     variants = {"standard": (GPTConfig(vocab_size=data.vocab_size, context_length=16, n_layer=1, n_head=2,

@@ -343,7 +343,7 @@ def malicious_archives(stage: Stage) -> list[tuple[str, Callable[[Path], Path], 
     """(id, build(folder) -> archive, expectation) for `spanviz runs import`."""
     from test_store import make_record
 
-    from spanviz.store import config_key
+    from spanviz.store.keys import config_key
 
     good = make_record()
     key = config_key(good.config)
@@ -463,7 +463,7 @@ def scenario_second_writer(stage: Stage) -> str:
     finally:
         if first.poll() is None:
             first.kill()
-    from spanviz.train import load_checkpoint
+    from spanviz.train.checkpoint import load_checkpoint
 
     record = json.loads((out / "run.json").read_text())
     ckpt = load_checkpoint(out / "checkpoint.pt")
@@ -497,7 +497,7 @@ def disk_full_at_checkpoint(n: int):
 
 
 def scenario_disk_full(stage: Stage) -> str:
-    from spanviz.train import load_checkpoint
+    from spanviz.train.checkpoint import load_checkpoint
 
     out = stage.root / "full-disk"
     args = ["train", *BASE, "--steps", "12", "--eval-interval", "3", "--out", str(out)]
@@ -510,7 +510,7 @@ def scenario_disk_full(stage: Stage) -> str:
 
 
 def scenario_divergence(stage: Stage) -> str:
-    from spanviz.train import load_checkpoint
+    from spanviz.train.checkpoint import load_checkpoint
 
     out = stage.root / "diverged"
     rc, text, _, _ = cli(["train", *BASE, "--steps", "40", "--lr", "1e6", "--grad-clip", "0", "--warmup-steps", "0",

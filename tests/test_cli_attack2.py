@@ -211,7 +211,7 @@ def record_json(**changes) -> tuple[str, bytes]:
     """(key, JSON) of a valid stored record with ``changes`` applied to its JSON object (keys kept honest)."""
     from test_store import make_record
 
-    from spanviz.store import config_key
+    from spanviz.store.keys import config_key
 
     obj = json.loads(make_record().to_json())
     for path, value in changes.items():
@@ -315,7 +315,7 @@ def t_load_bundle_int_started(stage: Stage) -> Outcome:
 
     from test_store import make_record
 
-    from spanviz.store import config_key
+    from spanviz.store.keys import config_key
 
     key, payload = record_json(environment__started_utc=20260101)
     good = make_record(seed=3)  # a second run with a string start time: the two are sorted together
@@ -355,7 +355,7 @@ def _braces_zip(path: Path, n_runs: int, megabytes: int = 60) -> Path:
     """A small zip of ``n_runs`` valid-looking runs whose history is ``megabytes`` MB of ``{}`` (the issue's bomb)."""
     from test_store import make_record
 
-    from spanviz.store import config_key
+    from spanviz.store.keys import config_key
 
     keys = []
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as z:
@@ -654,7 +654,8 @@ def s_empty_optimizer(stage: Stage) -> Outcome:
 def s_export_running(stage: Stage) -> Outcome:
     from test_store import make_record
 
-    from spanviz.store import ResultsStore, config_key
+    from spanviz.store import ResultsStore
+    from spanviz.store.keys import config_key
 
     root = folder(stage, "export-running") / "store"
     store = ResultsStore(root)
@@ -673,7 +674,9 @@ def s_export_running(stage: Stage) -> Outcome:
 def s_export_oversized(stage: Stage) -> Outcome:
     from test_store import make_record
 
-    from spanviz.store import MAX_RECORD_BYTES, ResultsStore, config_key
+    from spanviz.store import ResultsStore
+    from spanviz.store.archive import MAX_RECORD_BYTES
+    from spanviz.store.keys import config_key
 
     root = folder(stage, "export-big") / "store"
     ResultsStore(root).put(make_record(seed=0))

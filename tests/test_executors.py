@@ -27,12 +27,13 @@ import torch
 
 from spanviz.cli import main
 from spanviz.data import OFFLINE_SPLITS, prepare_tokens
-from spanviz.experiments import ResultsStore, run_grid, save_sweep
-from spanviz.experiments.core import RunsFailedError
+from spanviz.experiments import save_sweep
+from spanviz.experiments.core import RunsFailedError, run_grid
 from spanviz.experiments.executors import LOCAL_CLUSTER_ENV, MissingExtraError, RayExecutor, make_executor
 from spanviz.experiments.fp8 import WeightSwap
 from spanviz.experiments.spans import spans_sweep
 from spanviz.model import GPTConfig
+from spanviz.store import ResultsStore
 from spanviz.train import RunRecord, TrainConfig
 
 HAS_RAY = importlib.util.find_spec("ray") is not None

@@ -14,21 +14,13 @@ from scipy import stats
 
 import spanviz.experiments.core as core
 from spanviz.data import OFFLINE_SPLITS, prepare_tokens
-from spanviz.experiments import (
-    ResultsStore,
-    compare_groups,
-    format_table,
-    holm,
-    metric_value,
-    paired_comparison,
-    per_seed_table,
-    read_per_seed,
-    run_grid,
-    save_sweep,
-    summarize,
-)
-from spanviz.experiments.stats import WITHIN_NOISE, claim_verdict, equivalence_test, significant_words
+from spanviz.experiments.core import run_grid
+from spanviz.experiments.results import (format_table, metric_value, per_seed_table, read_per_seed, save_sweep,
+                                         summarize)
+from spanviz.experiments.stats import (WITHIN_NOISE, claim_verdict, compare_groups, equivalence_test, holm,
+                                       paired_comparison, significant_words)
 from spanviz.model import GPTConfig
+from spanviz.store import ResultsStore
 from spanviz.train import RunRecord, TrainConfig
 
 _DATA: dict[str, object] = {}

@@ -15,7 +15,9 @@ import pytest
 import torch
 
 from spanviz.model import GPTConfig, TinyGPT
-from spanviz.store import ResultsStore, config_key, data_differences, replay_key, replay_note
+from spanviz.store import ResultsStore
+from spanviz.store.bundle import replay_note
+from spanviz.store.keys import config_key, data_differences, replay_key
 from spanviz.store.weights import MAX_WEIGHTS_BYTES, pack_weights, unpack_weights
 from spanviz.train import RunRecord
 
@@ -295,13 +297,13 @@ def test_load_bundle_describes_readable_runs_with_their_weights_and_about(tmp_pa
 
 def test_export_counts_weights_in_the_archives_limits_and_a_diverged_run_keeps_the_finished_ones(tmp_path,
                                                                                                   monkeypatch):
-    from spanviz.store import results as results_lib
+    from spanviz.store import archive as archive_lib
 
     store = ResultsStore(tmp_path / "store")
     record = make_record(make_config())
     key = store.put(record, weights=_tiny_model().state_dict())
     record_bytes = len(store.path(key).read_bytes())
-    monkeypatch.setattr(results_lib, "MAX_ARCHIVE_BYTES", record_bytes + 100)  # the record fits, with weights not
+    monkeypatch.setattr(archive_lib, "MAX_ARCHIVE_BYTES", record_bytes + 100)  # the record fits, with weights not
     with pytest.raises(ValueError, match="more than an import accepts"):
         store.export(tmp_path / "out.zip")
     assert not (tmp_path / "out.zip").exists() and not list(tmp_path.glob(".out.zip.*"))

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spanviz.store import ResultsStore, config_key, default_root, replay_key
+from spanviz.store import ResultsStore
+from spanviz.store.keys import config_key, default_root, replay_key
 from spanviz.train import RunRecord
 
 

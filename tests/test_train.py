@@ -6,6 +6,7 @@ output layer cheap; the learning test uses 4096 words.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -19,7 +20,9 @@ from hypothesis import strategies as st
 
 from spanviz.data import OFFLINE_SPLITS, prepare_tokens
 from spanviz.model import GPTConfig
-from spanviz.train import CORE_KEYS, RunRecord, TrainConfig, Trainer, lr_at, resolve_device
+from spanviz.train import RunRecord, TrainConfig, Trainer
+from spanviz.train.config import lr_at, resolve_device
+from spanviz.train.record import CORE_KEYS
 
 _DATA: dict[int, object] = {}
 
@@ -158,6 +161,37 @@ def test_resume_from_mid_run_checkpoint_continues_the_same_curve(data, tmp_path)
         assert resumed.history[key] == full.history[key], key
     assert_same_params(params(resumed), params(full))
     assert resumed.record.config == full.record.config
+
+
+def test_state_dict_into_a_fresh_trainer_continues_the_same_curve(data):
+    """Trainer.state_dict() / load_state_dict() alone (no file, as a caller checkpointing its own way) carry the
+    whole run: weights, AdamW moments, dropout and batch streams, probe state, step, history."""
+    mcfg, cfg = model_cfg(data, dropout=0.1), train_cfg(steps=12, eval_interval=3)
+    full = Trainer(mcfg, cfg, data, probes=[Counter(every=2)], extra_config={"variant": "v"})
+    full.run()
+
+    first = Trainer(mcfg, cfg, data, probes=[Counter(every=2)], extra_config={"variant": "v"})
+    first.step(6)
+    buffer = io.BytesIO()
+    torch.save(first.state_dict(), buffer)  # what a checkpoint file holds, read back as weights_only allows
+    buffer.seek(0)
+    state = torch.load(buffer, weights_only=True)
+    assert state["step"] == 6 and {"model", "optimizer", "rng", "record", "probes"} <= set(state)
+
+    second = Trainer(mcfg, cfg, data, probes=[Counter(every=2)], extra_config={"variant": "v"})
+    second.step(2)  # a trainer that already moved on: load_state_dict puts it back
+    second.load_state_dict(state)
+    assert second.step_count == 6 and second.probes[0].calls == first.probes[0].calls
+    torch.manual_seed(12345)  # disturb torch's global RNG: the state must carry the trainer's own streams
+    torch.rand(100)
+    second.run()
+    for key in ("step", "train_loss", "val_loss", "lr", "grad_norm", "counter/calls"):
+        assert second.history[key] == full.history[key], key
+    assert_same_params(params(second), params(full))
+
+    other = Trainer(model_cfg(data, d_model=32), cfg, data)
+    with pytest.raises(ValueError, match="does not fit this trainer"):
+        other.load_state_dict(state)
 
 
 def test_probes_run_on_schedule_and_never_change_the_curve(data):
@@ -611,7 +645,7 @@ def test_resume_with_more_steps_extends_a_finished_run(data, tmp_path):
 
 
 def test_a_checkpoint_whose_state_does_not_fit_is_named(data, tmp_path):
-    from spanviz.train import CheckpointError
+    from spanviz.train.checkpoint import CheckpointError
 
     trainer = Trainer(model_cfg(data), train_cfg(steps=2), data)
     trainer.run()
@@ -626,7 +660,7 @@ def test_a_checkpoint_whose_state_does_not_fit_is_named(data, tmp_path):
 def test_parameter_count_and_memory_check_refuse_before_building(data, monkeypatch):
     from spanviz.model import TinyGPT
     from spanviz.spans import SpanConfig
-    from spanviz.train import check_memory, count_parameters
+    from spanviz.train.config import check_memory, count_parameters
 
     for kw in ({}, {"bias": False}, {"qk_rank": 3}, {"qk_norm": True, "n_local": 1, "window": 4},
                {"spans": SpanConfig(alphas="1000")}):

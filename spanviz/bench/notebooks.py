@@ -25,7 +25,8 @@ import torch
 from spanviz import fp8, spans
 from spanviz import local_global as lg
 from spanviz.model import GPTConfig
-from spanviz.train import Probe, TrainConfig, Trainer
+from spanviz.train import TrainConfig, Trainer
+from spanviz.train.callbacks import Probe
 from spanviz.validators import check_int
 
 NOTEBOOK_VOCAB = 8192

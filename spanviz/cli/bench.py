@@ -12,7 +12,7 @@ from spanviz.bench import format_results, run_benchmarks
 from spanviz.cli.common import announce_smoke, smoke
 from spanviz.cli.options import BenchCommand, UsageError, as_flags
 from spanviz.files import atomic_write, check_writable_folder, expand_user
-from spanviz.train import resolve_device
+from spanviz.train.config import resolve_device
 
 
 def cmd_bench(cmd: BenchCommand) -> int:

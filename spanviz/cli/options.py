@@ -18,7 +18,8 @@ from spanviz.bench import SECTIONS as BENCH_SECTIONS
 from spanviz.model import ATTN_BACKENDS, GPTConfig
 from spanviz.spans import SpanConfig
 from spanviz.spans.config import PRESETS
-from spanviz.train import DTYPES, TrainConfig
+from spanviz.train import TrainConfig
+from spanviz.train.config import DTYPES
 
 SWEEP_MODULES = {"spans": "spanviz.experiments.spans", "ls": "spanviz.experiments.ls",
                  "fp8": "spanviz.experiments.fp8"}

@@ -16,7 +16,10 @@ from spanviz.fp8 import FP8Probe
 from spanviz.local_global import LogitProbe
 from spanviz.model import GPTConfig
 from spanviz.spans import SpanConfig, SpanProbe
-from spanviz.train import RunRecord, TrainConfig, count_parameters, describe_probe, load_checkpoint, to_json_text
+from spanviz.train import RunRecord, TrainConfig
+from spanviz.train.checkpoint import load_checkpoint
+from spanviz.train.config import count_parameters
+from spanviz.train.record import describe_probe, to_json_text
 
 
 def smoke_train(cmd: TrainCommand) -> TrainCommand:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from spanviz.cli.options import RunsCommand, UsageError
-from spanviz.experiments import format_table
+from spanviz.experiments.results import format_table
 from spanviz.files import check_writable_folder
 from spanviz.store import ResultsStore
 from spanviz.store.listing import matches, run_row, shipped_runs

@@ -18,16 +18,18 @@ from spanviz.cli.options import (
     OPTION_SOURCES, ModelOverrides, SweepCommand, TrainOverrides, UsageError, as_flags, config_kwargs, flag_name,
     tyro_message,
 )
-from spanviz.experiments import format_table, save_sweep
+from spanviz.experiments import save_sweep
 from spanviz.experiments import fp8 as fp8_experiment
 from spanviz.experiments import ls as ls_experiment
 from spanviz.experiments import spans as spans_experiment
 from spanviz.experiments.core import MAX_SEEDS, RunsFailedError
 from spanviz.experiments.executors import ExecutorStartError, MissingExtraError, check_address, make_executor
+from spanviz.experiments.results import format_table
 from spanviz.files import check_writable_folder
 from spanviz.model import GPTConfig
 from spanviz.store import ResultsStore
-from spanviz.train import TrainConfig, check_runnable
+from spanviz.train import TrainConfig
+from spanviz.train.config import check_runnable
 
 
 def parse_overrides(items: Sequence[str], flag: str, options_class: type) -> dict[str, Any]:

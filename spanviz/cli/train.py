@@ -17,7 +17,9 @@ from spanviz.cli.plans import (
 from spanviz.files import check_writable_folder, folder_lock
 from spanviz.store import ResultsStore
 from spanviz.threads import torch_threads
-from spanviz.train import ProgressBar, Trainer, check_runnable
+from spanviz.train import Trainer
+from spanviz.train.callbacks import ProgressBar
+from spanviz.train.config import check_runnable
 
 
 DATA_FLAGS = ("--data-dir", "--train-split", "--eval-split", "--wikitext-config", "--tokenizer", "--max-vocab")

@@ -21,14 +21,16 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from spanviz.experiments.executors import Executor, LocalExecutor, make_executor
-from spanviz.experiments.results import format_table, read_per_seed, save_sweep
-from spanviz.experiments.stats import (
-    ALPHA, CONFIDENCE, METRICS, compare_groups, describe_comparison, holm, metric_value, paired_comparison,
-    per_seed_table, summarize,
-)
+from spanviz.experiments.results import (METRICS, format_table, metric_value, per_seed_table, read_per_seed,
+                                         save_sweep, summarize)
+from spanviz.experiments.stats import (ALPHA, CONFIDENCE, compare_groups, describe_comparison, holm,
+                                       paired_comparison)
 from spanviz.model import GPTConfig
-from spanviz.store import STORABLE, ResultsStore
-from spanviz.train import Probe, RunRecord, TrainConfig, Trainer, run_config, to_json_text
+from spanviz.store import ResultsStore
+from spanviz.store.keys import STORABLE
+from spanviz.train import RunRecord, TrainConfig, Trainer
+from spanviz.train.callbacks import Probe
+from spanviz.train.record import run_config, to_json_text
 
 logger = logging.getLogger(__name__)
 

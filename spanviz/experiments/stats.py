@@ -7,7 +7,8 @@ verdict reads "significant at 5 % after Holm: ..." or "within noise" (:data:`WIT
 :func:`claim_verdict` words a directional claim, :func:`equivalence_test` is the paired TOST that any claim of
 equality needs — the docs take their verdict words from here). To recompute a sweep's verdicts, read its
 per-seed file (:func:`spanviz.experiments.results.read_per_seed`) and call :func:`compare_groups` with the
-``comparisons`` listed in its summary.
+``comparisons`` listed in its summary. The per-seed table of a sweep's records, and :func:`summarize
+<spanviz.experiments.results.summarize>` (one comparison in one call), are in :mod:`spanviz.experiments.results`.
 
 Source: SciPy's paired and Welch t-tests; S. Holm (1979).
 """
@@ -17,15 +18,11 @@ from __future__ import annotations
 import math
 import statistics
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scipy import stats
 
-from spanviz.train import RunRecord
-
-METRICS = ("best_val_loss", "final_val_loss", "final_train_loss")
-"""Named metrics of :func:`metric_value`; any history key also works (its last measured value)."""
 ALPHA = 0.05
 """Family-wise significance level of the verdicts (Holm-corrected across the comparisons of one sweep)."""
 CONFIDENCE = 0.95
@@ -80,25 +77,6 @@ def claim_verdict(row: Mapping[str, Any], direction: str, claim: str | None = No
         return f"shown to {claim} ({significant_words(alpha)})"
     other = "higher" if direction == "lower" else "lower"
     return f"not shown to {claim} ({significant_words(alpha)} the other way: {other})"
-
-
-def metric_value(record: RunRecord, metric: str | Callable[[RunRecord], float | None]) -> float | None:
-    """One number of a run: a named metric (:data:`METRICS`), the last measured value of a history key, or
-    ``metric(record)`` for a callable. None when the run never measured it.
-
-    Raises:
-        ValueError: an unknown metric name (neither in :data:`METRICS` nor a history key of the record).
-    """
-    if callable(metric):
-        return metric(record)
-    if metric == "best_val_loss":
-        return record.best_val_loss
-    key = {"final_val_loss": "val_loss", "final_train_loss": "train_loss"}.get(metric, metric)
-    if key not in record.history:
-        raise ValueError(f"metric {metric!r} is not one of {METRICS} nor a history key of the record "
-                         f"(keys: {sorted(record.history)[:12]})")
-    measured = [v for v in record.history[key] if v is not None]
-    return measured[-1] if measured else None
 
 
 # ========================================================================================== statistics
@@ -272,42 +250,6 @@ def holm(pvalues: Sequence[float | None]) -> list[float | None]:
     return adjusted
 
 
-def per_seed_table(
-    records: Sequence[RunRecord],
-    metrics: Mapping[str, str | Callable[[RunRecord], float | None]] | Sequence[str] = ("best_val_loss",),
-    *,
-    info: Callable[[RunRecord], Mapping[str, Any]] | None = None,
-) -> list[dict[str, Any]]:
-    """One row per run: ``variant``, ``seed``, ``status``, each metric, and ``info(record)`` columns.
-
-    A metric is None for a run that did not finish (a diverged run's numbers are not comparable) or never
-    measured it. This table is what the statistics use: :func:`compare_groups` recomputes every verdict from
-    it, so a sweep's ``per_seed`` file (see :func:`~spanviz.experiments.results.save_sweep`) lets anyone check them.
-
-    Args:
-        records: run records with ``config["variant"]`` and ``config["seed"]`` (as from :func:`run_grid`).
-        metrics: names (see :func:`metric_value`) or name → metric (a name or a callable).
-        info: optional extra JSON-able columns per run (e.g. n_head, d_head).
-    Raises:
-        ValueError: a record without ``config["variant"]`` or an unknown metric name.
-    """
-    if not isinstance(metrics, Mapping):
-        metrics = {name: name for name in metrics}
-    table = []
-    for i, record in enumerate(records):
-        variant = record.config.get("variant") if isinstance(record, RunRecord) else None
-        if not isinstance(variant, str):
-            raise ValueError(f"records[{i}] has no config['variant'] (records from run_grid have one)")
-        row: dict[str, Any] = {"variant": variant, "seed": record.config.get("seed"), "status": record.status}
-        if info is not None:
-            row.update(info(record))
-        for name, metric in metrics.items():
-            value = metric_value(record, metric) if record.status == "finished" else None
-            row[name] = float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
-        table.append(row)
-    return table
-
-
 def compare_groups(
     table: Sequence[Mapping[str, Any]],
     comparisons: Sequence[Mapping[str, Any]],
@@ -440,50 +382,6 @@ def describe_comparison(row: Mapping[str, Any]) -> str:
     return f"{change} ({'; '.join(parts)}): {row['verdict']}" if parts else f"{change}: {row['verdict']}"
 
 
-def summarize(
-    records: Sequence[RunRecord] | Sequence[Mapping[str, Any]],
-    metric: str | Callable[[RunRecord], float | None] = "best_val_loss",
-    baseline: str | None = "standard",
-    *,
-    lower_is_better: bool = True,
-    alpha: float = ALPHA,
-) -> list[dict[str, Any]]:
-    """One row per variant against ``baseline``: paired t-test, Welch check, Holm across these comparisons.
-
-    A shortcut for :func:`compare_groups` with one comparison (every variant against the baseline) on
-    :func:`per_seed_table` of the records. Several summaries of one sweep must share one Holm family: build
-    their per-seed table once and call :func:`compare_groups` with all comparisons instead.
-
-    Args:
-        records: run records (``config["variant"]`` and ``["seed"]``, as from :func:`run_grid`), or per-seed
-            rows (dicts with ``variant``, ``seed``, the metric column).
-        metric: see :func:`metric_value` (with per-seed rows: a column name). baseline: a variant, or None for
-            description only. lower_is_better: True for losses. alpha: the family-wise level.
-    Returns:
-        :func:`compare_groups` rows (``metric`` is the metric's name; a callable's ``__name__``).
-    Raises:
-        ValueError: no records, a record without ``config["variant"]``, an unknown metric, or a baseline that
-            is not among the variants.
-    """
-    records = list(records)
-    if not records:
-        raise ValueError("records must hold at least one RunRecord, got none")
-    name = metric if isinstance(metric, str) else getattr(metric, "__name__", "custom")
-    if all(isinstance(r, Mapping) for r in records):
-        table = records
-    else:
-        if isinstance(metric, str) and metric not in METRICS and not any(
-            isinstance(r, RunRecord) and metric in r.history for r in records
-        ):
-            raise ValueError(f"metric {metric!r} is not one of {METRICS} nor a history key of any record")
-        table = per_seed_table(records, {name: metric})
-    variants = list(dict.fromkeys(row.get("variant") for row in table))
-    if baseline is not None and baseline not in variants:
-        raise ValueError(f"baseline={baseline!r} is not among the variants {variants}; pass one of them or None")
-    spec = {"baseline": baseline, "metric": name, "lower_is_better": lower_is_better, "variants": variants}
-    return compare_groups(table, [spec], alpha=alpha)
-
-
-__all__ = ["ALPHA", "CONFIDENCE", "METRICS", "NO_DIFFERENCE", "NO_EQUIVALENCE_TEST", "WITHIN_NOISE", "claim_verdict",
-           "compare_groups", "describe_comparison", "equivalence_test", "holm", "metric_value", "paired_comparison",
-           "per_seed_table", "significant_words", "summarize"]
+__all__ = ["ALPHA", "CONFIDENCE", "NO_DIFFERENCE", "NO_EQUIVALENCE_TEST", "WITHIN_NOISE", "claim_verdict",
+           "compare_groups", "describe_comparison", "equivalence_test", "holm", "paired_comparison",
+           "significant_words"]

@@ -46,24 +46,16 @@ oversized file is refused unread), and :meth:`ResultsStore.find` reads its candi
 hold for what the store writes (:meth:`ResultsStore.put`) and exports, so nothing it holds or ships is refused
 elsewhere.
 
-The package: :mod:`~spanviz.store.keys` (:func:`config_key`, :func:`default_root`), :mod:`~spanviz.store.results`
-(:class:`ResultsStore`), :mod:`~spanviz.store.archive` (the checks of records and archives from elsewhere),
-:mod:`~spanviz.store.bundle` (the shipped workshop bundle, :func:`load_bundle`), :mod:`~spanviz.store.weights` (a
-run's final weights, packed and checked).
+The package exports :class:`ResultsStore` and the shipped bundle (:data:`BUNDLE`, :func:`load_bundle`,
+:func:`describe_runs`); the rest is imported from its module: :mod:`~spanviz.store.keys` (:func:`config_key
+<spanviz.store.keys.config_key>`, :func:`~spanviz.store.keys.replay_key`, :func:`~spanviz.store.keys.default_root`,
+the replay index), :mod:`~spanviz.store.results` (:class:`ResultsStore`, :class:`~spanviz.store.results.Found`),
+:mod:`~spanviz.store.archive` (the checks of records and archives from elsewhere; reading and writing an archive),
+:mod:`~spanviz.store.bundle` (the shipped workshop bundle), :mod:`~spanviz.store.weights` (a run's final weights,
+packed and checked), :mod:`~spanviz.store.listing` (the rows of ``spanviz runs list``).
 """
 
-from spanviz.store.archive import (EXPORT_FORMAT, MAX_ARCHIVE_BYTES, MAX_CONTAINERS, MAX_DEPTH, MAX_INT_DIGITS,
-                                   MAX_MANIFEST_BYTES, MAX_MESSAGE_CHARS, MAX_RECORD_BYTES, MAX_RUNS, MAX_VALUES,
-                                   ImportReport, check_json_limits, record_from_json, record_payload)
-from spanviz.store.bundle import BUNDLE, describe_runs, load_bundle, replay_note
-from spanviz.store.keys import DATA_IDENTITY, STORABLE, config_key, data_differences, default_root, replay_key
-from spanviz.store.results import Found, ResultsStore
-from spanviz.store.weights import MAX_WEIGHTS_BYTES
+from spanviz.store.bundle import BUNDLE, describe_runs, load_bundle
+from spanviz.store.results import ResultsStore
 
-__all__ = [
-    "BUNDLE", "DATA_IDENTITY", "EXPORT_FORMAT", "MAX_ARCHIVE_BYTES", "MAX_CONTAINERS", "MAX_DEPTH", "MAX_INT_DIGITS",
-    "MAX_MANIFEST_BYTES", "MAX_MESSAGE_CHARS", "MAX_RECORD_BYTES", "MAX_RUNS", "MAX_VALUES", "MAX_WEIGHTS_BYTES",
-    "STORABLE", "Found", "ImportReport", "ResultsStore", "check_json_limits", "config_key", "data_differences",
-    "default_root", "describe_runs", "load_bundle", "record_from_json", "record_payload", "replay_key",
-    "replay_note",
-]
+__all__ = ["BUNDLE", "ResultsStore", "describe_runs", "load_bundle"]

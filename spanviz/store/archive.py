@@ -1,15 +1,32 @@
-"""Checks for run records that come from elsewhere (a store file, an archive someone sent): JSON size, depth and
-schema limits, and the manifest and runs of a ``spanviz runs export`` zip file."""
+"""Run records that come from elsewhere (a store file, an archive someone sent), and the runs archive itself: JSON
+size, depth and schema limits; the manifest and runs of a ``spanviz runs export`` zip file, read
+(:func:`open_archive`, the one way the store opens an archive or the shipped bundle) and written
+(:func:`write_archive`).
+
+What an import checks (:meth:`~spanviz.store.results.ResultsStore.import_report`). The file: checked with ``stat``
+before it is opened (a regular file of at most :data:`MAX_ARCHIVE_BYTES`: no device, FIFO or folder). The archive
+as a whole: a zip with a ``manifest.json`` (at most :data:`MAX_MANIFEST_BYTES`) of format :data:`EXPORT_FORMAT`
+listing at most :data:`MAX_RUNS` distinct keys, whose run files add up to at most :data:`MAX_ARCHIVE_BYTES`
+uncompressed (:func:`open_archive`). Each run: a file ``runs/<key>.json`` of at most :data:`MAX_RECORD_BYTES` that
+passes :func:`record_from_json`, with a storable status and a config that hashes to its key
+(:func:`archived_record`). A run's ``weights/<key>.pt``: at most :data:`MAX_WEIGHTS_BYTES`, all of them together
+at most :data:`MAX_ARCHIVE_BYTES` (:func:`weights_fit`), passing :func:`~spanviz.store.weights.unpack_weights`
+(:func:`archived_weights`). Members are read a chunk at a time, so one that would expand past a limit is refused as
+soon as it does. :meth:`~spanviz.store.results.ResultsStore.export` keeps the same limits (:func:`write_archive`)."""
 
 from __future__ import annotations
 
 import json
+import os
 import zipfile
 import zlib
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spanviz.files import atomic_open, expand_user, open_bounded
 from spanviz.store.keys import KEY_RE, STORABLE, config_key
 from spanviz.store.weights import MAX_WEIGHTS_BYTES, unpack_weights
 from spanviz.train import RunRecord
@@ -152,6 +169,80 @@ class ImportReport:
     kept: list[str] = field(default_factory=list)
     rejected: list[tuple[str, str]] = field(default_factory=list)
     about: dict[str, Any] = field(default_factory=dict)
+
+
+@contextmanager
+def open_archive(path: str | os.PathLike[str]) -> Iterator[tuple[zipfile.ZipFile, list[str], dict[str, Any]]]:
+    """Open a runs archive (or the shipped bundle) for reading: ``(archive, keys, about)`` after the archive-wide
+    checks (:func:`read_manifest`). The file is checked with ``stat`` before it is opened (a regular file of at most
+    :data:`MAX_ARCHIVE_BYTES`: no device, FIFO or folder); zip errors inside the block become ``ValueError``.
+
+    Raises:
+        ValueError: the file is missing, a folder, a device or FIFO, too large, not a zip, or its manifest fails the
+            checks.
+    """
+    path = expand_user(path, "the archive")
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder, not a runs archive (.zip)")
+    with open_bounded(path, MAX_ARCHIVE_BYTES) as handle:
+        try:
+            with zipfile.ZipFile(handle) as archive:
+                keys, about = read_manifest(archive, path)
+                yield archive, keys, about
+        except (zipfile.BadZipFile, EOFError, NotImplementedError, RuntimeError, zlib.error) as error:
+            raise ValueError(f"{path} is not a spanviz runs archive ({error})") from None
+
+
+def write_archive(path: Path, runs: Iterable[tuple[str, bytes, bytes | None]],
+                  about: Mapping[str, Any] | None = None) -> Path:
+    """Write ``runs`` — ``(key, checked record bytes, checked weights bytes or None)``, taken one at a time — into a
+    zip file: ``manifest.json`` plus ``runs/<key>.json`` per run and ``weights/<key>.pt`` where there are weights.
+    Atomic (a temporary file beside ``path``, then renamed), and within the limits an import checks.
+
+    Raises:
+        ValueError: ``about`` not JSON-able; more than :data:`MAX_RUNS` runs or :data:`MAX_ARCHIVE_BYTES` in all, or
+            a manifest over :data:`MAX_MANIFEST_BYTES`; ``path`` cannot be written.
+    """
+    try:
+        about = json.loads(json.dumps(dict(about), allow_nan=False)) if about else {}
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"about must be JSON-able notes (a mapping of text, numbers, lists): {error}") from None
+    try:
+        with atomic_open(path) as temp, zipfile.ZipFile(temp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            written, with_weights, total = [], [], 0
+            for key, payload, packed in runs:
+                total += len(payload) + len(packed or b"")
+                if len(written) + 1 > MAX_RUNS or total > MAX_ARCHIVE_BYTES:
+                    raise ValueError(f"{path}: more than {MAX_RUNS:,} runs or {MAX_ARCHIVE_BYTES:,} bytes, "
+                                     "more than an import accepts; export fewer runs (keys=)")
+                archive.writestr(f"runs/{key}.json", payload)
+                written.append(key)
+                if packed is not None:
+                    archive.writestr(f"weights/{key}.pt", packed)
+                    with_weights.append(key)
+            manifest = json.dumps({"format": EXPORT_FORMAT, "keys": written,
+                                   **({"weights": with_weights} if with_weights else {}),
+                                   **({"about": about} if about else {})}, indent=1).encode("utf-8")
+            if len(manifest) > MAX_MANIFEST_BYTES:
+                raise ValueError(f"{path}: its manifest would have {len(manifest):,} bytes, more than "
+                                 f"{MAX_MANIFEST_BYTES:,} (an import refuses it); shorten about= or export fewer runs")
+            archive.writestr("manifest.json", manifest)
+    except OSError as error:
+        raise ValueError(f"cannot write {path} ({error.strerror or error})") from None
+    return path
+
+
+def weights_fit(archive: zipfile.ZipFile, keys: Iterable[str], report: ImportReport) -> bool:
+    """Whether the archive's ``weights/<key>.pt`` of the listed runs add up to at most :data:`MAX_ARCHIVE_BYTES`
+    uncompressed, as the central directory declares them (a member never gives more than it declares, and each is
+    also bounded as it is read, :func:`archived_weights`). When not, none is imported (rejected as ``weights/``) and
+    the runs are imported without them."""
+    sizes = {i.filename: i.file_size for i in archive.infolist()}
+    total = sum(sizes.get(f"weights/{key}.pt", 0) for key in keys)
+    if total > MAX_ARCHIVE_BYTES:
+        report.rejected.append(("weights/", f"{total:,} bytes uncompressed, more than {MAX_ARCHIVE_BYTES:,}"))
+        return False
+    return True
 
 
 def manifest_keys(archive: zipfile.ZipFile, path: Path) -> list[str]:

@@ -17,12 +17,16 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import logging
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from spanviz.settings import spanviz_home
+
+logger = logging.getLogger("spanviz.store")
 
 STORABLE = ("finished", "diverged")
 """Statuses :meth:`ResultsStore.put` accepts."""
@@ -88,3 +92,33 @@ def _hash(identity: dict[str, Any]) -> str:
     except (TypeError, ValueError) as error:
         raise ValueError(f"config is not JSON-serialisable: {error}") from error
     return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+REPLAY_INDEX = "replay"
+"""Sub-folder of the store: one empty file ``<replay key>-<key>`` per run, the index
+:meth:`~spanviz.store.results.ResultsStore.find` looks runs of other data up in."""
+
+
+def index_run(root: Path, key: str, config: Mapping[str, Any]) -> str:
+    """Write the replay-index entry of the run ``key`` of ``config`` in the store ``root`` (best effort: a read-only
+    store is still read); returns its :func:`replay_key`."""
+    replay = replay_key(config)
+    entry = root / REPLAY_INDEX / f"{replay}-{key}"
+    if not entry.exists():
+        try:
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            entry.touch()
+        except OSError as error:
+            logger.debug("results store: cannot index %s (%s)", key, error)
+    return replay
+
+
+def read_replay_index(root: Path) -> dict[str, list[str]]:
+    """``{replay key: [keys]}`` of the replay-index entries of the store ``root`` (well-formed names only)."""
+    index: dict[str, list[str]] = {}
+    folder = root / REPLAY_INDEX
+    for name in os.listdir(folder) if folder.is_dir() else []:
+        replay, _, key = name.partition("-")
+        if KEY_RE.match(replay) and KEY_RE.match(key):
+            index.setdefault(replay, []).append(key)
+    return index

@@ -6,12 +6,10 @@ tell their own runs from the shipped ones.
 from __future__ import annotations
 
 import os
-import zipfile
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
-from spanviz.store.archive import archived_record, manifest_keys
+from spanviz.store.archive import archived_record, open_archive
 from spanviz.store.bundle import BUNDLE
 from spanviz.store.keys import config_key
 from spanviz.train import RunRecord
@@ -30,15 +28,15 @@ def shipped_runs(path: str | os.PathLike[str] | None = None) -> set[tuple[str, s
     """The fingerprints (config key, start time) of the runs of a bundle; None = the shipped one. A missing or
     unusable bundle gives an empty set (then every run is ``local``)."""
     try:
-        with zipfile.ZipFile(Path(BUNDLE if path is None else path)) as archive:
+        with open_archive(BUNDLE if path is None else path) as (archive, keys, _):
             found = set()
-            for key in manifest_keys(archive, Path(archive.filename or "")):
+            for key in keys:
                 try:
                     found.add(_fingerprint(archived_record(archive, key)))
                 except ValueError:
                     continue
             return found
-    except (OSError, ValueError, zipfile.BadZipFile):
+    except (OSError, ValueError):
         return set()
 
 

@@ -5,25 +5,21 @@ from __future__ import annotations
 import json
 import logging
 import os
-import zipfile
-import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spanviz.files import atomic_open, atomic_write, expand_user, open_bounded, read_bounded
-from spanviz.store.archive import (EXPORT_FORMAT, MAX_ARCHIVE_BYTES, MAX_MANIFEST_BYTES, MAX_RECORD_BYTES, MAX_RUNS,
-                                   ImportReport, archived_record, archived_weights, read_manifest, record_from_json,
-                                   record_payload)
-from spanviz.store.keys import KEY_RE, STORABLE, config_key, data_differences, default_root, replay_key
+from spanviz.files import atomic_write, expand_user, read_bounded
+from spanviz.store.archive import (MAX_RECORD_BYTES, ImportReport, archived_record, archived_weights, open_archive,
+                                   record_from_json, record_payload, weights_fit, write_archive)
+from spanviz.store.keys import (KEY_RE, STORABLE, config_key, data_differences, default_root, index_run,
+                                read_replay_index, replay_key)
 from spanviz.store.weights import MAX_WEIGHTS_BYTES, pack_weights, unpack_weights
 from spanviz.train import RunRecord
 
 logger = logging.getLogger("spanviz.store")  # the name it had as one module: log filters keep working
 
-REPLAY_INDEX = "replay"
-"""Sub-folder of the store: one empty file ``<replay key>-<key>`` per run (:meth:`ResultsStore.find`)."""
 WEIGHTS = "weights"
 """Sub-folder of the store (and of an archive): ``<key>.pt``, a run's final weights (:mod:`spanviz.store.weights`)."""
 
@@ -50,7 +46,7 @@ class ResultsStore:
     Args:
         root: the folder (created on the first write); None = :func:`default_root`.
 
-    Example (``config`` is ``trainer.record.config``, or :func:`spanviz.train.run_config` of the same inputs)::
+    Example (``config`` is ``trainer.record.config``, or :func:`spanviz.train.record.run_config` of the same inputs)::
 
         store = ResultsStore()
         record = store.get(config)  # None the first time
@@ -169,7 +165,7 @@ class ResultsStore:
         """The record's checked bytes (:func:`record_payload`), its replay-index entry and its weights file (or
         none: an older one is removed)."""
         atomic_write(self.path(key), payload)
-        self._index(key, record.config)
+        index_run(self.root, key, record.config)
         if weights is not None:
             atomic_write(self.weights_path(key), weights)
         else:
@@ -221,28 +217,10 @@ class ResultsStore:
         other, stored = max(candidates, key=preference)
         return Found(other, stored, exact=False, differences=data_differences(stored.config, config))
 
-    def _index(self, key: str, config: Mapping[str, Any]) -> str:
-        """Write the replay-index entry of a run (best effort: a read-only store is still read); its replay key."""
-        replay = replay_key(config)
-        entry = self.root / REPLAY_INDEX / f"{replay}-{key}"
-        if not entry.exists():
-            try:
-                entry.parent.mkdir(parents=True, exist_ok=True)
-                entry.touch()
-            except OSError as error:
-                logger.debug("results store: cannot index %s (%s)", key, error)
-        return replay
-
     def _replay_index(self) -> dict[str, list[str]]:
         """``{replay key: [keys]}`` of the stored runs; runs not indexed yet (stored by an older spanviz, or copied
         in) are read once (with :meth:`load`, within its limits) and indexed."""
-        index: dict[str, list[str]] = {}
-        folder = self.root / REPLAY_INDEX
-        names = os.listdir(folder) if folder.is_dir() else []
-        for name in names:
-            replay, _, key = name.partition("-")
-            if KEY_RE.match(replay) and KEY_RE.match(key):
-                index.setdefault(replay, []).append(key)
+        index = read_replay_index(self.root)
         indexed = {key for keys in index.values() for key in keys}
         for key in self.list():
             if key in indexed:
@@ -251,7 +229,7 @@ class ResultsStore:
                 record = self.load(key)
             except (KeyError, ValueError):
                 continue
-            index.setdefault(self._index(key, record.config), []).append(key)
+            index.setdefault(index_run(self.root, key, record.config), []).append(key)
         return index
 
     # ------------------------------------------------------------------------------------------ weights
@@ -309,10 +287,8 @@ class ResultsStore:
         ``weights/<key>.pt`` for the runs whose final weights are kept. Atomic.
 
         Every run is read and checked first, so the archive never ships a damaged entry (damaged weights are
-        left out with a warning), and the archive keeps the limits :meth:`import_report` checks (:data:`MAX_RUNS`
-        runs, :data:`MAX_ARCHIVE_BYTES` of records and weights in all), so it imports on any machine. Written into
-        a temporary file beside ``path``, one run (and its weights) at a time, then renamed; the file gets the
-        permissions a plain write gives (:func:`~spanviz.files.atomic_open`).
+        left out with a warning), and it keeps the limits an import checks, so it imports on any machine. Written
+        one run (and its weights) at a time (:func:`~spanviz.store.archive.write_archive`).
 
         Args:
             path: the zip file to write (e.g. ``"workshop-runs.zip"``); its folder is created.
@@ -333,43 +309,20 @@ class ResultsStore:
             missing = [k for k in keys if not self.path(k).is_file()]
             if missing:
                 raise ValueError(f"keys not in the store {self.root}: {missing}")
-        try:
-            about = json.loads(json.dumps(dict(about), allow_nan=False)) if about else {}
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"about must be JSON-able notes (a mapping of text, numbers, lists): {error}") from None
-        try:
-            with atomic_open(path) as temp, zipfile.ZipFile(temp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-                written, with_weights, total = [], [], 0
-                for key in self.list() if keys is None else keys:
-                    try:
-                        record = self.load(key)
-                    except (KeyError, ValueError) as error:
-                        if keys is not None:
-                            raise
-                        logger.warning("results store: not exported, a damaged entry: %s", error)
-                        continue
-                    payload = record_payload(record, str(self.path(key)))  # what an import accepts
-                    packed = self._weights_bytes(key)
-                    total += len(payload) + len(packed or b"")
-                    if len(written) + 1 > MAX_RUNS or total > MAX_ARCHIVE_BYTES:
-                        raise ValueError(f"{path}: more than {MAX_RUNS:,} runs or {MAX_ARCHIVE_BYTES:,} bytes, "
-                                         "more than an import accepts; export fewer runs (keys=)")
-                    archive.writestr(f"runs/{key}.json", payload)
-                    written.append(key)
-                    if packed is not None:
-                        archive.writestr(f"{WEIGHTS}/{key}.pt", packed)
-                        with_weights.append(key)
-                manifest = json.dumps({"format": EXPORT_FORMAT, "keys": written,
-                                       **({"weights": with_weights} if with_weights else {}),
-                                       **({"about": about} if about else {})}, indent=1).encode("utf-8")
-                if len(manifest) > MAX_MANIFEST_BYTES:
-                    raise ValueError(f"{path}: its manifest would have {len(manifest):,} bytes, more than "
-                                     f"{MAX_MANIFEST_BYTES:,} (an import refuses it); shorten about= or export fewer "
-                                     "runs")
-                archive.writestr("manifest.json", manifest)
-        except OSError as error:
-            raise ValueError(f"cannot write {path} ({error.strerror or error})") from None
-        return path
+        return write_archive(path, self._exported(keys), about)
+
+    def _exported(self, keys: list[str] | None) -> Iterator[tuple[str, bytes, bytes | None]]:
+        """``(key, record bytes, weights bytes or None)`` of each run to export, read and checked one at a time;
+        damaged entries are skipped with a warning (``keys`` None) or raise (``keys`` given)."""
+        for key in self.list() if keys is None else keys:
+            try:
+                record = self.load(key)
+            except (KeyError, ValueError) as error:
+                if keys is not None:
+                    raise
+                logger.warning("results store: not exported, a damaged entry: %s", error)
+                continue
+            yield key, record_payload(record, str(self.path(key))), self._weights_bytes(key)  # what an import accepts
 
     def _weights_bytes(self, key: str) -> bytes | None:
         """The checked bytes of a kept weights file, or None (none kept, or damaged: logged)."""
@@ -398,22 +351,11 @@ class ResultsStore:
         return report.written
 
     def import_report(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> ImportReport:
-        """Import the runs of an archive written by :meth:`export`, checking everything first.
-
-        The archive as a whole must be a zip with a ``manifest.json`` (at most :data:`MAX_MANIFEST_BYTES`)
-        of format :data:`EXPORT_FORMAT` listing at most :data:`MAX_RUNS` distinct keys, whose run files add up
-        to at most :data:`MAX_ARCHIVE_BYTES` uncompressed. Each run must be a file ``runs/<key>.json`` of at most
-        :data:`MAX_RECORD_BYTES`, pass :func:`record_from_json`, have a storable status and a config that
-        hashes to its key; a run that fails is rejected (reported, not written) and the others are imported.
-        A good run's ``weights/<key>.pt`` (at most :data:`MAX_WEIGHTS_BYTES`, all of them together at most
-        :data:`MAX_ARCHIVE_BYTES`) must pass :func:`~spanviz.store.weights.unpack_weights`; weights that fail are
-        rejected and their run is imported without them.
-
-        The file itself is checked with ``stat`` before it is opened (a regular file of at most
-        :data:`MAX_ARCHIVE_BYTES`: no device, FIFO or folder), and each run is read a chunk at a time, checked
-        and written before the next one is read, so memory holds one run at a time and a member that would
-        expand past a limit is refused as soon as it does. A run already in the store is kept (unless
-        ``overwrite``) when its entry is readable; a damaged entry is replaced.
+        """Import the runs of an archive written by :meth:`export`, checking everything first (what is checked:
+        :mod:`spanviz.store.archive`): a run that fails is rejected (reported, not written) and the others are
+        imported; weights that fail are rejected and their run is imported without them. Each run is read,
+        checked and written before the next one is read, so memory holds one run at a time. A run already in the
+        store is kept (unless ``overwrite``) when its entry is readable; a damaged entry is replaced.
 
         Args:
             path: the zip file. overwrite: replace runs already in this store (default: keep them).
@@ -423,48 +365,27 @@ class ResultsStore:
             ValueError: the file is missing, a folder, a device or FIFO, too large, not a zip, or its manifest
                 fails the checks above.
         """
-        path = expand_user(path, "the archive")
-        if path.is_dir():
-            raise ValueError(f"{path} is a folder, not a runs archive (.zip)")
         report = ImportReport()
-        with open_bounded(path, MAX_ARCHIVE_BYTES) as handle:
-            try:
-                with zipfile.ZipFile(handle) as archive:
-                    keys, report.about = read_manifest(archive, path)
-                    weights_ok = self._weights_fit(archive, keys, report)
-                    for key in keys:
-                        try:
-                            record = archived_record(archive, key)
-                        except ValueError as error:
-                            report.rejected.append((f"runs/{key}.json", str(error)))
-                            continue
-                        if not overwrite and self._stored_status(key) is not None:
-                            report.kept.append(key)
-                            continue
-                        packed = None
-                        if weights_ok:
-                            try:
-                                packed = archived_weights(archive, key)
-                            except ValueError as error:  # its run is imported without them
-                                report.rejected.append((f"{WEIGHTS}/{key}.pt", str(error)))
-                        self._write(key, record, record_payload(record, f"runs/{key}.json"), packed)
-                        report.written.append(key)
-            except (zipfile.BadZipFile, EOFError, NotImplementedError, RuntimeError, zlib.error) as error:
-                raise ValueError(f"{path} is not a spanviz runs archive ({error})") from None
+        with open_archive(path) as (archive, keys, report.about):
+            weights_ok = weights_fit(archive, keys, report)
+            for key in keys:
+                try:
+                    record = archived_record(archive, key)
+                except ValueError as error:
+                    report.rejected.append((f"runs/{key}.json", str(error)))
+                    continue
+                if not overwrite and self._stored_status(key) is not None:
+                    report.kept.append(key)
+                    continue
+                packed = None
+                if weights_ok:
+                    try:
+                        packed = archived_weights(archive, key)
+                    except ValueError as error:  # its run is imported without them
+                        report.rejected.append((f"{WEIGHTS}/{key}.pt", str(error)))
+                self._write(key, record, record_payload(record, f"runs/{key}.json"), packed)
+                report.written.append(key)
         return report
-
-    @staticmethod
-    def _weights_fit(archive: zipfile.ZipFile, keys: Iterable[str], report: ImportReport) -> bool:
-        """Whether the archive's ``weights/<key>.pt`` of the listed runs add up to at most :data:`MAX_ARCHIVE_BYTES`
-        uncompressed, as the central directory declares them (a member never gives more than it declares, and each
-        is also bounded as it is read, :func:`~spanviz.store.archive.archived_weights`). When not, none is imported
-        (rejected as ``weights/``) and the runs are imported without them."""
-        sizes = {i.filename: i.file_size for i in archive.infolist()}
-        total = sum(sizes.get(f"{WEIGHTS}/{key}.pt", 0) for key in keys)
-        if total > MAX_ARCHIVE_BYTES:
-            report.rejected.append((f"{WEIGHTS}/", f"{total:,} bytes uncompressed, more than {MAX_ARCHIVE_BYTES:,}"))
-            return False
-        return True
 
 
 def _splits(config: Mapping[str, Any]) -> Any:

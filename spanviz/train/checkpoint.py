@@ -24,7 +24,7 @@ from torch import nn
 from spanviz.files import atomic_write
 from spanviz.model import GPTConfig
 from spanviz.train.config import TrainConfig
-from spanviz.train.record import CONFIG_KEYS, RunRecord, to_json_text
+from spanviz.train.record import CONFIG_KEYS, RunRecord
 from spanviz.validators import check_int
 
 if TYPE_CHECKING:  # annotations only
@@ -60,7 +60,8 @@ class Checkpoint:
     state: dict[str, Any]
 
 
-def _first_line(error: BaseException) -> str:
+def first_line(error: BaseException) -> str:
+    """One line for an error message: the first line of ``error`` (with its type unless it is a plain ValueError)."""
     text = str(error).strip().splitlines()
     if type(error) is ValueError and text:  # our own checks: the sentence says it all
         return text[0][:300]
@@ -87,7 +88,7 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # noqa: BLE001 - torch.load raises many types for damaged files; all mean "unreadable"
-        raise CheckpointError(f"{path} is damaged or not a checkpoint; torch.load says {_first_line(error)}") from None
+        raise CheckpointError(f"{path} is damaged or not a checkpoint; torch.load says {first_line(error)}") from None
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path} is not a spanviz checkpoint (format {CHECKPOINT_FORMAT!r})")
     missing = [k for k in CHECKPOINT_KEYS if k not in state]
@@ -109,7 +110,7 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         check_optimizer(state["optimizer"], step)
         check_rng(state["rng"])
     except (ValueError, TypeError) as error:
-        raise CheckpointError(f"{path} is damaged: {_first_line(error)}") from None
+        raise CheckpointError(f"{path} is damaged: {first_line(error)}") from None
     return Checkpoint(path, model_cfg, train_cfg, record, step, state)
 
 
@@ -163,7 +164,7 @@ def check_rng(rng: dict[str, Any]) -> None:
         try:
             torch.Generator().set_state(value)
         except (RuntimeError, ValueError, TypeError) as error:
-            raise ValueError(f"rng[{key!r}] is not a generator state ({_first_line(error)})") from None
+            raise ValueError(f"rng[{key!r}] is not a generator state ({first_line(error)})") from None
 
 
 def nonfinite_parameter(model: nn.Module) -> str | None:
@@ -183,26 +184,19 @@ def save_checkpoint(trainer: Trainer, path: str | os.PathLike[str]) -> Path:
     bad = nonfinite_parameter(trainer.model)
     if bad is not None:
         raise RuntimeError(f"refusing to save a checkpoint: parameter {bad} has non-finite values")
-    rng = trainer._rng.state
-    state = {
-        "format": CHECKPOINT_FORMAT,
-        "model_config": json.dumps(trainer.model_cfg.to_dict()),
-        "train_config": json.dumps(trainer.train_cfg.to_dict()),
-        "record": trainer.record.to_json(),
-        "step": trainer.step_count,
-        "model": trainer.model.state_dict(),
-        "optimizer": trainer.optimizer.state_dict(),
-        "rng": {"torch": rng["cpu"], "batch": trainer._batch_gen.get_state(),
-                **({"cuda": rng["cuda"]} if "cuda" in rng else {})},
-        "probes": to_json_text(trainer._probe_set.state_dict()),
-    }
     buffer = io.BytesIO()
-    torch.save(state, buffer)
+    torch.save(trainer.state_dict(), buffer)
     return atomic_write(path, buffer.getvalue())
 
 
 def resumed_configs(ckpt: Checkpoint, steps: int | None) -> tuple[TrainConfig, dict[str, Any]]:
     """The train config and the extra record config of a run resumed from ``ckpt`` with a new total ``steps``.
+
+    A larger total extends the run, also a finished one: the updates still to do follow the learning-rate schedule
+    of the new total (:func:`~spanviz.train.config.lr_at` decays over ``steps``), so the extension equals the tail
+    of an uninterrupted run of the new length exactly when the schedule does not depend on the total
+    (``min_lr_ratio=1``). ``config["extended_from_steps"]`` lists the totals the run had before each extension (so
+    the results store keeps an extended run apart from a fresh one).
 
     Raises:
         ValueError: ``steps`` not an integer >= 1, or below the updates the checkpoint holds.
@@ -219,53 +213,45 @@ def resumed_configs(ckpt: Checkpoint, steps: int | None) -> tuple[TrainConfig, d
     return train_cfg, extra
 
 
+def check_moments(optimizer: torch.optim.Optimizer) -> None:
+    """ValueError unless every AdamW moment (``exp_avg``, ``exp_avg_sq``) has its parameter's shape (a loaded
+    optimizer state of another model)."""
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            moments = optimizer.state.get(param, {})
+            for key in ("exp_avg", "exp_avg_sq"):
+                if key in moments and moments[key].shape != param.shape:
+                    raise ValueError(f"optimizer {key} of shape {tuple(moments[key].shape)} for a parameter of "
+                                     f"shape {tuple(param.shape)}")
+
+
 def restore(trainer: Trainer, ckpt: Checkpoint) -> None:
-    """Put the state of ``ckpt`` into a freshly built ``trainer``: weights, optimizer, RNG states, probe state,
-    step count, history and status.
+    """Continue ``ckpt``'s run in a freshly built ``trainer`` (:meth:`Trainer.load_state_dict`), and note where
+    from: ``record.environment["resumed_from"]``, and ``trainer.last_checkpoint`` when ``ckpt`` is the checkpoint
+    in ``trainer.out_dir``. A ``data`` or ``probes`` config unlike the checkpoint's is logged as a warning. A
+    finished run's ``run.json`` in ``out_dir`` is rewritten (a kill during its final write may have left an older
+    one).
 
     Raises:
         CheckpointError: the state does not fit the checkpoint's own configuration.
     """
-    saved = ckpt.record
     for part in ("data", "probes"):
-        if saved.config.get(part) != trainer.record.config[part]:
-            logger.warning("resume: %s differs from the checkpoint's (%s vs %s); the continued curve will "
-                           "not match the original run", part, trainer.record.config[part], saved.config.get(part))
-    state = ckpt.state
-    try:
-        trainer.model.load_state_dict(state["model"])
-        trainer.optimizer.load_state_dict(state["optimizer"])
-        for group in trainer.optimizer.param_groups:
-            for param in group["params"]:
-                moments = trainer.optimizer.state.get(param, {})
-                for key in ("exp_avg", "exp_avg_sq"):
-                    if key in moments and moments[key].shape != param.shape:
-                        raise ValueError(f"optimizer {key} of shape {tuple(moments[key].shape)} for a parameter of "
-                                         f"shape {tuple(param.shape)}")
-        trainer._rng.state["cpu"] = state["rng"]["torch"]
-        if "cuda" in trainer._rng.state:
-            if "cuda" in state["rng"]:
-                trainer._rng.state["cuda"] = state["rng"]["cuda"]
-            else:
-                logger.warning("resume: the checkpoint has no CUDA RNG state; dropout will differ from the "
-                               "original")
-        trainer._batch_gen.set_state(state["rng"]["batch"])
-        trainer._probe_set.load_state_dict(json.loads(state.get("probes", "{}")))
-    except (RuntimeError, ValueError, TypeError, KeyError) as error:
-        raise CheckpointError(f"{ckpt.path} is damaged: its state does not fit its own configuration "
-                              f"({_first_line(error)})") from None
-    trainer.step_count = ckpt.step
-    trainer.history.clear()
-    trainer.history.update(saved.history)  # same dict object as trainer.record.history
-    done = saved.status == "finished" and ckpt.step >= trainer.train_cfg.steps
-    trainer.record.status = "finished" if done else "running"
-    # which checkpoint, not where it lay: a run record holds no path of the machine
+        if ckpt.record.config.get(part) != trainer.record.config[part]:
+            logger.warning("resume: %s differs from the checkpoint's (%s vs %s); the continued curve will not match "
+                           "the original run", part, trainer.record.config[part], ckpt.record.config.get(part))
+    # which checkpoint, not where it lay: a run record holds no path of the machine (set first: the key order of
+    # run.json stays that of earlier versions)
     trainer.record.environment["resumed_from"] = {"checkpoint": Path(ckpt.path).name, "step": ckpt.step}
-    for key in ("num_threads", "num_threads_changes"):  # the threads the saved updates used (see Trainer)
-        if key in saved.environment:
-            trainer.record.environment[key] = saved.environment[key]
+    try:
+        trainer.load_state_dict(ckpt.state)
+    except ValueError as error:
+        raise CheckpointError(f"{ckpt.path} is damaged: {error}") from None
     if trainer.out_dir is not None and Path(ckpt.path).resolve() == (trainer.out_dir / "checkpoint.pt").resolve():
         trainer.last_checkpoint = ckpt.step
+    if trainer.done and trainer.out_dir is not None:
+        # The checkpoint holds the finished run: its run.json may be older (a kill -9 during the final write left
+        # status "running"), and run() has nothing to do and would not rewrite it.
+        save_outputs(trainer, checkpoint=False)
 
 
 def on_disk(trainer: Trainer) -> str:
@@ -282,7 +268,12 @@ def on_disk(trainer: Trainer) -> str:
 
 def save_outputs(trainer: Trainer, *, checkpoint: bool) -> None:
     """Write run.json (and checkpoint.pt) into ``trainer.out_dir`` (nothing without one); non-finite weights turn
-    the run "diverged" instead of being checkpointed, so the last good checkpoint stays."""
+    the run "diverged" instead of being checkpointed, so the last good checkpoint stays.
+
+    The trainer writes ``run.json`` (status "running") when training starts, both files at every checkpoint (see
+    ``TrainConfig.checkpoint_interval``: by default after every evaluation) and when the run ends; only
+    ``run.json`` when it diverges.
+    """
     if trainer.out_dir is None:
         return
     if checkpoint:

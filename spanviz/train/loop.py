@@ -6,20 +6,10 @@ updates and returns their history rows; ``trainer.run()`` blocks until ``train_c
 what is measured: probes and row callbacks do that (:mod:`spanviz.train.callbacks`), the history is grown by
 :func:`~spanviz.train.record.append_rows`, checkpoints are written by :mod:`spanviz.train.checkpoint`.
 
-Step numbering: row ``step`` = s is the s-th optimizer update, 0-based (s = 0 … steps − 1).
-``train_loss`` is the loss of that update's batch (before the update), ``lr`` the learning rate it used,
-``grad_norm`` the global L2 norm of the gradients *before* clipping, ``val_loss`` the mean loss on the fixed
-evaluation batches measured *after* the update (``None`` on rows without evaluation), ``tokens_per_s`` the
-training throughput of that update (batch, forward, backward, optimizer; evaluation and probes excluded).
-
-Determinism: one ``seed`` controls the initial weights, the training batches (a private ``torch.Generator``)
-and dropout (a private copy of torch's RNG state, swapped in for each step). The trainer therefore never
-disturbs, and is never disturbed by, other users of torch's global RNG (another trainer in the same
-process, a probe that draws random numbers). On CPU, with the same torch build and the same number of torch
-threads, the same seed gives the same loss curve bit for bit, and a run resumed from a checkpoint continues the
-very same curve (floating-point sums split over another number of threads add in another order). The record
-keeps the thread count its updates used: ``environment["num_threads"]``, and ``num_threads_changes`` when a
-continuation ran with another count.
+Each update appends one history row (:data:`~spanviz.train.record.CORE_KEYS` says what its entries mean).
+Determinism: one ``seed`` controls the initial weights, the training batches and dropout, in streams of the
+trainer's own (:mod:`spanviz.train.guards`); on CPU the same seed and thread count give the same loss curve bit
+for bit, also across a resume from a checkpoint (:meth:`Trainer.state_dict` holds everything it needs).
 
 Non-finite numbers: a non-finite training loss or gradient norm stops the run *before* the optimizer step
 (the model keeps its last weights), a non-finite validation loss stops it after; status becomes
@@ -29,10 +19,10 @@ last good checkpoint stays on disk.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -47,11 +37,12 @@ from spanviz.memory import keep_freed_memory
 from spanviz.model import GPTConfig, TinyGPT
 from spanviz.modes import eval_mode
 from spanviz.train.callbacks import Probe, ProbeSet, ProgressBar
-from spanviz.train.checkpoint import (Checkpoint, load_checkpoint, on_disk, restore, resumed_configs, save_checkpoint,
-                                      save_outputs)
+from spanviz.train.checkpoint import (CHECKPOINT_FORMAT, Checkpoint, check_moments, first_line, load_checkpoint,
+                                      on_disk, restore, resumed_configs, save_checkpoint, save_outputs)
 from spanviz.train.config import TrainConfig, check_data, check_runnable, lr_at
-from spanviz.train.guards import PrivateRNG, deferred_sigint
-from spanviz.train.record import CORE_KEYS, RunRecord, append_rows, environment, run_config
+from spanviz.train.guards import Interruption, PrivateRNG
+from spanviz.train.record import (CORE_KEYS, RunRecord, append_rows, environment, note_threads, run_config,
+                                  to_json_text)
 from spanviz.validators import check_int
 
 logger = logging.getLogger(__name__)
@@ -97,19 +88,16 @@ class Trainer:
         probes: :class:`Probe` objects, run every ``probe.every`` updates.
         callbacks: ``cb(trainer, row)`` called after every update (also the diverged one), after probes and
             checkpoints; may call ``trainer.request_stop()``. Exceptions propagate.
-        out_dir: folder for ``run.json`` and ``checkpoint.pt``; None = keep everything in memory. ``run.json``
-            (status "running") is written when training starts, both files at every checkpoint (see
-            ``TrainConfig.checkpoint_interval``: by default after every evaluation) and when the run ends;
-            only ``run.json`` when it diverges, so the last good checkpoint stays on disk.
+        out_dir: folder for ``run.json`` and ``checkpoint.pt`` (written when training starts, at every checkpoint
+            and when the run ends: :func:`~spanviz.train.checkpoint.save_outputs`); None = keep all in memory.
         extra_config: JSON-able entries added to ``record.config`` (e.g. ``{"variant": "qk4", "seed": 1}``);
             they are part of the results-store key.
 
     Attributes:
         model (TinyGPT, on ``device``), optimizer (AdamW), device, model_cfg, train_cfg, data, probes (tuple),
-        callbacks (list; may be appended to),
-        step_count (updates done), history (dict of lists, also ``record.history``), record (:class:`RunRecord`),
-        eval_batches (the ``eval_iters`` fixed (x, y) pairs, (B, T) long), probe_batch (the first B
-        consecutive windows of the eval split, (x, y), (B', T) long with B' <= B).
+        callbacks (list; may be appended to), step_count (updates done), history (dict of lists, also
+        ``record.history``), record (:class:`RunRecord`), eval_batches (the ``eval_iters`` fixed (x, y) pairs,
+        (B, T) long), probe_batch (the first B consecutive windows of the eval split, (x, y), (B', T) long, B' <= B).
 
     Raises:
         ValueError: bad configs, probes, callbacks or data (e.g. ``model_cfg.vocab_size`` smaller than the
@@ -119,17 +107,9 @@ class Trainer:
     Thread safety: only :meth:`request_stop` may be called from another thread while a step runs.
     """
 
-    def __init__(
-        self,
-        model_cfg: GPTConfig,
-        train_cfg: TrainConfig,
-        data: Any,
-        *,
-        probes: Sequence[Probe] = (),
-        callbacks: Sequence[Callable[[Trainer, dict[str, Any]], None]] = (),
-        out_dir: str | os.PathLike[str] | None = None,
-        extra_config: Mapping[str, Any] | None = None,
-    ) -> None:
+    def __init__(self, model_cfg: GPTConfig, train_cfg: TrainConfig, data: Any, *, probes: Sequence[Probe] = (),
+                 callbacks: Sequence[Callable[[Trainer, dict[str, Any]], None]] = (),
+                 out_dir: str | os.PathLike[str] | None = None, extra_config: Mapping[str, Any] | None = None) -> None:
         self.device = check_runnable(model_cfg, train_cfg)
         check_data(data, model_cfg)
         keep_freed_memory()  # every step frees and re-allocates the same buffers: keep them mapped (once per process)
@@ -149,26 +129,20 @@ class Trainer:
             self.model = TinyGPT(model_cfg).to(self.device)
         self._batch_gen = torch.Generator().manual_seed(train_cfg.seed)
 
-        decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() >= 2]
-        no_decay = [p for p in self.model.parameters() if p.requires_grad and p.dim() < 2]
-        self.optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": train_cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=lr_at(0, train_cfg),
-            betas=(train_cfg.beta1, train_cfg.beta2),
-        )
+        params = [p for p in self.model.parameters() if p.requires_grad]  # weight decay on the ≥ 2-D ones only
+        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": train_cfg.weight_decay},
+                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+        self.optimizer = torch.optim.AdamW(groups, lr=lr_at(0, train_cfg), betas=(train_cfg.beta1, train_cfg.beta2))
 
         B, T = train_cfg.batch_size, model_cfg.context_length
-        self.eval_batches = list(
-            data_lib.iter_eval_batches(data.eval_ids, B, T, n_batches=train_cfg.eval_iters, device=self.device)
-        )
+        spaced = data_lib.iter_eval_batches(data.eval_ids, B, T, n_batches=train_cfg.eval_iters, device=self.device)
+        self.eval_batches = list(spaced)
         self.probe_batch = next(data_lib.iter_eval_batches(data.eval_ids, B, T, device=self.device))
 
         self.step_count = 0
         self.history: dict[str, list[Any]] = {key: [] for key in CORE_KEYS}
         self.record = RunRecord(config=config, environment=environment(self.device), history=self.history)
-        self._stop = threading.Event()
-        self._in_update = False  # True from the batch draw to the appended row
-        self._torn = False  # interrupted inside an update: in-memory state may be half-updated
+        self._interruption = Interruption()  # stop requests and Ctrl-C: pending, inside an update, torn
         self._announced = False  # run.json written with status "running" by this trainer
         self.last_checkpoint: int | None = None  # step_count of the checkpoint in out_dir, if any
         logger.info("Trainer: %d parameters on %s, %d steps of %d×%d tokens",
@@ -216,20 +190,14 @@ class Trainer:
         return self.record.status != "running"
 
     def request_stop(self) -> None:
-        """Ask the trainer to stop at the next step boundary (thread-safe; e.g. a UI Stop button).
-
-        The running ``step(n)`` / ``run()`` returns after the current update with status "stopped" (a
-        checkpoint is written when there is an ``out_dir``). The request is consumed: a later ``step()`` or
-        ``run()`` continues the run.
-        """
-        self._stop.set()
+        """Ask the trainer to stop at the next step boundary (thread-safe; e.g. a UI Stop button): the running
+        ``step(n)`` / ``run()`` returns after the current update with status "stopped" (and a checkpoint in
+        ``out_dir``). The request is consumed: a later ``step()`` or ``run()`` continues the run."""
+        self._interruption.request_stop()
 
     def step(self, n: int = 1) -> list[dict[str, Any]]:
-        """Run up to ``n`` optimizer updates and return their history rows.
-
-        Stops early when the run finishes, diverges, or a stop was requested. Returns ``[]`` once the run
-        finished or diverged. A Ctrl-C (main thread) ends the run cleanly after the current update, as in
-        :meth:`run`.
+        """Run up to ``n`` optimizer updates and return their history rows: fewer when the run finishes, diverges
+        or a stop was requested; ``[]`` once it finished or diverged. Ctrl-C (main thread) works as in :meth:`run`.
 
         Raises:
             ValueError: ``n`` not an integer >= 1.
@@ -248,9 +216,8 @@ class Trainer:
             ``self.record`` with status "finished", "stopped" or "diverged" (divergence does not raise).
         Raises:
             KeyboardInterrupt: re-raised after Ctrl-C, *after* the record (status "interrupted") and, with an
-                ``out_dir``, a checkpoint of the last complete update were saved. The first Ctrl-C lets the
-                current update finish; a second one interrupts at once (then no checkpoint is written,
-                since the weights may be half-updated, and this trainer refuses further steps).
+                ``out_dir``, a checkpoint of the last complete update were saved; a second Ctrl-C interrupts the
+                update at once and writes none (:class:`~spanviz.train.guards.Interruption`).
         """
         remaining = self.train_cfg.steps - self.step_count
         if remaining <= 0 or self.record.status == "diverged":
@@ -265,60 +232,33 @@ class Trainer:
     # ------------------------------------------------------------------------------------------ loop
     def _loop(self, n: int, on_row: Callable[[dict[str, Any]], None] | None) -> list[dict[str, Any]]:
         """Up to ``n`` updates; each followed by callbacks, ``on_row``, and the stop / Ctrl-C checks."""
-        if self._torn:
-            raise RuntimeError("this trainer was interrupted inside an update, so its state may be half-updated; "
-                               "continue from its last checkpoint (Trainer.resume)")
+        self._interruption.check()
         rows: list[dict[str, Any]] = []
         if self.record.status in ("finished", "diverged") or self.step_count >= self.train_cfg.steps:
             return rows
         self.record.status, self.record.message = "running", ""
-        self._note_threads()
+        note_threads(self.record.environment, self.step_count)
         if self.out_dir is not None and not self._announced:
             save_outputs(self, checkpoint=False)  # a run killed before its first checkpoint still leaves a trace
             self._announced = True
-        with deferred_sigint() as sigint:
-            try:
-                for _ in range(n):
-                    if self._honour_stop():
-                        break
-                    self._in_update = True
+        with self._interruption.guard(self._interrupted) as interruption:
+            for _ in range(n):
+                if self._honour_stop():
+                    break
+                with interruption.update():
                     row = self._update()
-                    self._in_update = False
-                    rows.append(row)
-                    for cb in self.callbacks:
-                        cb(self, row)
-                    if on_row is not None:
-                        on_row(row)
-                    if self.done or self._honour_stop() or sigint["pending"]:
-                        break
-                if sigint["pending"]:
-                    raise KeyboardInterrupt
-            except KeyboardInterrupt:
-                self._interrupted()
-                raise
+                rows.append(row)
+                for cb in self.callbacks:
+                    cb(self, row)
+                if on_row is not None:
+                    on_row(row)
+                if self.done or self._honour_stop() or interruption.pending:
+                    break
         return rows
 
-    def _note_threads(self) -> None:
-        """Record the torch threads the updates really use: ``environment["num_threads"]`` is the count of the
-        first update; a later call that trains with another count (a continued or resumed run) is listed in
-        ``environment["num_threads_changes"]`` as ``[update, threads]`` — on CPU the curve is bit-for-bit
-        reproducible only with the same count."""
-        threads, env = torch.get_num_threads(), self.record.environment
-        if self.step_count == 0:
-            env["num_threads"] = threads
-            return
-        changes = env.get("num_threads_changes") or []
-        current = changes[-1][1] if changes else env.get("num_threads")
-        if threads != current:
-            env["num_threads_changes"] = [*changes, [self.step_count, threads]]
-            logger.warning("the run continues with %d torch threads after %d updates with %s: on CPU the curve can "
-                           "differ in the last digits from one trained with a single count", threads, self.step_count,
-                           current)
-
-    def _interrupted(self) -> None:
+    def _interrupted(self, torn: bool) -> None:
         """Record a Ctrl-C: checkpoint the last complete update, unless it struck inside an update."""
-        if self._in_update:
-            self._torn = True
+        if torn:
             self._end("interrupted", f"interrupted inside update {self.step_count}: the in-memory state may be "
                       f"half-updated, so no checkpoint was written.{on_disk(self)}", checkpoint=False)
         elif not self.done:
@@ -329,9 +269,8 @@ class Trainer:
                 save_outputs(self, checkpoint=False)
 
     def _honour_stop(self) -> bool:
-        if not self._stop.is_set():
+        if not self._interruption.stop_requested():
             return False
-        self._stop.clear()
         if not self.done:
             self._end("stopped", f"stopped by request after {self.step_count} of {self.train_cfg.steps} updates",
                       checkpoint=True)
@@ -345,9 +284,9 @@ class Trainer:
     # ------------------------------------------------------------------------------ ending and saving
     def _diverge(self, what: str) -> None:
         clip = self.train_cfg.grad_clip
-        hint = (f"try a lower lr (peak lr={self.train_cfg.lr:g})"
-                + (" or enable gradient clipping (grad_clip=1.0)" if clip is None
-                   else f" or a smaller grad_clip (now {clip:g})"))
+        fix = (" or enable gradient clipping (grad_clip=1.0)" if clip is None
+               else f" or a smaller grad_clip (now {clip:g})")
+        hint = f"try a lower lr (peak lr={self.train_cfg.lr:g}){fix}"
         self._end("diverged", f"diverged: {what}; {hint}.{on_disk(self)}", checkpoint=False)
 
     def _end(self, status: str, message: str, *, checkpoint: bool) -> None:
@@ -355,14 +294,58 @@ class Trainer:
         (logger.warning if status in ("diverged", "interrupted") else logger.info)("run %s: %s", status, message)
         save_outputs(self, checkpoint=checkpoint)
 
-    def save_checkpoint(self, path: str | os.PathLike[str]) -> Path:
-        """Save everything needed to continue this run exactly, atomically (old file kept on error).
+    # ----------------------------------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue this run exactly: a dict of state dicts, the contents of a checkpoint.
 
-        Contents (loadable with ``torch.load(path, weights_only=True)``): ``format``, ``model_config`` and
-        ``train_config`` (JSON strings), ``record`` (the run record as JSON text, history included), ``step``,
-        ``model`` and ``optimizer`` state dicts, ``rng`` (``torch``: CPU RNG state, ``cuda`` when on CUDA,
-        ``batch``: the batch generator's state, all uint8 tensors), ``probes`` (JSON string of the state of
-        probes that have ``state_dict()``).
+        Keys: ``format`` (``CHECKPOINT_FORMAT``), ``model_config`` and ``train_config`` (JSON strings), ``record``
+        (the run record as JSON text, history included), ``step`` (updates done), ``model`` and ``optimizer``
+        state dicts, ``rng`` (``torch``: the CPU RNG state dropout draws from, ``cuda`` on CUDA, ``batch``: the
+        batch generator's state; uint8 tensors), ``probes`` (JSON text of the probes' ``state_dict()``). As with
+        ``nn.Module.state_dict`` the weight tensors are the live ones: save or clone them before training on.
+        """
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "model_config": json.dumps(self.model_cfg.to_dict()),
+            "train_config": json.dumps(self.train_cfg.to_dict()),
+            "record": self.record.to_json(),
+            "step": self.step_count,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "rng": {**self._rng.state_dict(), "batch": self._batch_gen.get_state()},
+            "probes": to_json_text(self._probe_set.state_dict()),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from ``state`` (a :meth:`state_dict`, e.g. a checkpoint's, checked by :func:`load_checkpoint`):
+        weights, optimizer, RNG states, probe state (matched by name), step count, history, status and thread
+        counts. This trainer's configs stay (a resumed run may have a larger total of steps).
+
+        Raises:
+            ValueError: the state does not fit this trainer (other shapes, a foreign optimizer or RNG state).
+        """
+        saved = RunRecord.from_json(state["record"])
+        try:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            check_moments(self.optimizer)
+            self._rng.load_state_dict(state["rng"])
+            self._batch_gen.set_state(state["rng"]["batch"])
+            self._probe_set.load_state_dict(json.loads(state.get("probes", "{}")))
+        except (RuntimeError, ValueError, TypeError, KeyError) as error:
+            raise ValueError(f"the state does not fit this trainer ({first_line(error)})") from None
+        self.step_count = state["step"]
+        self.history.clear()
+        self.history.update(saved.history)  # same dict object as self.record.history
+        done = saved.status == "finished" and self.step_count >= self.train_cfg.steps
+        self.record.status = "finished" if done else "running"
+        for key in ("num_threads", "num_threads_changes"):  # the threads the saved updates used (note_threads)
+            if key in saved.environment:
+                self.record.environment[key] = saved.environment[key]
+
+    def save_checkpoint(self, path: str | os.PathLike[str]) -> Path:
+        """Save :meth:`state_dict` to ``path`` atomically (old file kept on error); ``torch.load(path,
+        weights_only=True)`` reads it back.
 
         Returns:
             The path written.
@@ -372,37 +355,25 @@ class Trainer:
         return save_checkpoint(self, path)
 
     @classmethod
-    def resume(
-        cls,
-        path: str | os.PathLike[str] | Checkpoint,
-        data: Any,
-        *,
-        probes: Sequence[Probe] = (),
-        callbacks: Sequence[Callable[[Trainer, dict[str, Any]], None]] = (),
-        out_dir: str | os.PathLike[str] | None = None,
-        steps: int | None = None,
-    ) -> Trainer:
+    def resume(cls, path: str | os.PathLike[str] | Checkpoint, data: Any, *, probes: Sequence[Probe] = (),
+               callbacks: Sequence[Callable[[Trainer, dict[str, Any]], None]] = (),
+               out_dir: str | os.PathLike[str] | None = None, steps: int | None = None) -> Trainer:
         """Continue a run from a checkpoint written by :meth:`save_checkpoint`.
 
-        Restores model, optimizer, step count, history, record config (incl. extra entries), RNG states and
-        the state of probes (matched by name) that have ``load_state_dict``. On CPU, with the run's thread count
+        Builds a trainer from the checkpoint's configs (incl. extra record entries) and loads its
+        :meth:`state_dict` (:meth:`load_state_dict`). On CPU, with the run's thread count
         (``checkpoint.record.environment["num_threads"]``; ``spanviz train --resume`` sets it), the continued
         loss curve is bit-for-bit the one an uninterrupted run would have produced. The status becomes
-        "running" (or stays "finished"; then, with an ``out_dir``, its ``run.json`` is rewritten, in case a
-        kill during the final write left an older one).
+        "running" (or stays "finished"; see :func:`~spanviz.train.checkpoint.restore` for its ``run.json``).
 
         Args:
             path: the checkpoint file, or a :class:`Checkpoint` from :func:`load_checkpoint`.
             data: the same token data as the original run (a different ``describe()`` is logged as a warning:
                 the curve will not match). probes, callbacks, out_dir: as in :class:`Trainer` (pass the same
                 probes to keep the same history columns).
-            steps: a new total number of updates, >= the updates already done (None = the saved total). A
-                larger total extends the run, also a finished one: the updates still to do follow the
-                learning-rate schedule of the new total (:func:`lr_at` decays over ``steps``), so the
-                extension equals the tail of an uninterrupted run of the new length exactly when the
-                schedule does not depend on the total (``min_lr_ratio=1``). ``config["extended_from_steps"]``
-                lists the totals the run had before each extension (so the results store keeps an extended
-                run apart from a fresh one).
+            steps: a new total number of updates, >= the updates already done (None = the saved total); a
+                larger one extends the run, also a finished one (see :func:`~spanviz.train.checkpoint.resumed_configs`
+                for the schedule of an extension and ``config["extended_from_steps"]``).
         Raises:
             ValueError: a damaged or foreign checkpoint (:class:`CheckpointError`, naming the file), a
                 ``steps`` below the updates done, or configs / data that do not fit (see :class:`Trainer`).
@@ -412,21 +383,13 @@ class Trainer:
         trainer = cls(ckpt.model_cfg, train_cfg, data, probes=probes, callbacks=callbacks, out_dir=out_dir,
                       extra_config=extra)
         restore(trainer, ckpt)
-        if trainer.done and trainer.out_dir is not None:
-            # The checkpoint holds the finished run: its run.json may be older (a kill -9 during the final write
-            # left status "running"), and run() has nothing to do and would not rewrite it.
-            save_outputs(trainer, checkpoint=False)
         return trainer
 
     # ------------------------------------------------------------------------------------- evaluation
     @torch.no_grad()
     def evaluate(self) -> float:
-        """Mean cross-entropy [nats] over the ``eval_iters`` fixed evaluation batches.
-
-        The batches are the same at every call (evenly spaced windows of the eval split, see
-        :func:`spanviz.data.iter_eval_batches`); the model is in eval mode without gradients, and its
-        previous mode is restored.
-        """
+        """Mean cross-entropy [nats] over the ``eval_iters`` fixed evaluation batches (the same at every call:
+        evenly spaced windows of the eval split), in eval mode without gradients; the model's mode is restored."""
         losses = []
         with eval_mode(self.model):
             for x, y in self.eval_batches:

@@ -10,6 +10,7 @@ this update". Saved as strict JSON: non-finite floats (the loss of a diverged st
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import platform
@@ -31,9 +32,17 @@ if TYPE_CHECKING:  # annotations only
     from spanviz.train.callbacks import Probe
     from spanviz.train.config import TrainConfig
 
+logger = logging.getLogger(__name__)
+
 STATUSES = ("running", "finished", "stopped", "diverged", "interrupted")
 CORE_KEYS = ("step", "train_loss", "val_loss", "lr", "grad_norm", "tokens_per_s")
-"""History keys every row has; probe keys must differ from these."""
+"""History keys every row has; probe keys must differ from these.
+
+Row ``step`` = s is the s-th optimizer update, 0-based (s = 0 … steps − 1). ``train_loss`` is the loss of that
+update's batch (before the update), ``lr`` the learning rate it used, ``grad_norm`` the global L2 norm of the
+gradients *before* clipping, ``val_loss`` the mean loss on the fixed evaluation batches measured *after* the
+update (``None`` on rows without evaluation), ``tokens_per_s`` the training throughput of that update (batch,
+forward, backward, optimizer; evaluation and probes excluded)."""
 CONFIG_KEYS = ("model", "train", "data", "probes")
 """Keys of ``RunRecord.config`` set by the trainer; ``extra_config`` may add others (e.g. ``variant``)."""
 RECORD_FORMAT = "spanviz-run-1"
@@ -98,7 +107,7 @@ class RunRecord:
     Attributes:
         config: ``{"model": GPTConfig dict, "train": TrainConfig dict, "data": data.describe() (incl. the
             splits used), "probes": [describe_probe(...)], ...}`` plus any extra entries (e.g. ``variant``,
-            ``seed``, ``tags`` from :func:`spanviz.experiments.run_grid`). The results store keys runs by it.
+            ``seed``, ``tags`` from :func:`spanviz.experiments.core.run_grid`). The results store keys runs by it.
         environment: torch / python / platform / spanviz versions, the git commit and source digest of the code
             (:func:`environment`), device and its name, threads, start time.
         history: ``{key: list}``, all lists the same length, one entry per optimizer update (row); keys
@@ -305,3 +314,22 @@ def to_json_value(value: Any, where: str) -> Any:
         return [to_json_value(v, where) for v in value]
     raise ValueError(f"{where} is a {type(value).__name__}, which is not JSON-able; return numbers, strings, "
                      "lists or dicts")
+
+
+def note_threads(env: dict[str, Any], step: int) -> None:
+    """Record in a run's ``environment`` the torch threads its updates really use, before update ``step``.
+
+    ``env["num_threads"]`` is the count of the first update; a later call that trains with another count (a
+    continued or resumed run) is listed in ``env["num_threads_changes"]`` as ``[update, threads]`` — on CPU the
+    curve is bit-for-bit reproducible only with the same count (a warning is logged).
+    """
+    threads = torch.get_num_threads()
+    if step == 0:
+        env["num_threads"] = threads
+        return
+    changes = env.get("num_threads_changes") or []
+    current = changes[-1][1] if changes else env.get("num_threads")
+    if threads != current:
+        env["num_threads_changes"] = [*changes, [step, threads]]
+        logger.warning("the run continues with %d torch threads after %d updates with %s: on CPU the curve can "
+                       "differ in the last digits from one trained with a single count", threads, step, current)

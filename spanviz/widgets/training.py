@@ -15,8 +15,10 @@ import ipywidgets as W
 
 from spanviz.model import GPTConfig, TinyGPT
 from spanviz.runner import Job, Runner, TrainerLike
-from spanviz.store import Found, replay_note
-from spanviz.train import Trainer, run_config
+from spanviz.store.bundle import replay_note
+from spanviz.store.results import Found
+from spanviz.train import Trainer
+from spanviz.train.record import run_config
 from spanviz.widgets.figure_widget import PlotlyFigure
 from spanviz.widgets.figures import FigureView, use_static
 from spanviz.widgets.specs import LOSS_VIEW, TRAIN_THREADS, History, LiveView, RunSpec, default_data, default_store
