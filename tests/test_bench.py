@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -122,3 +124,93 @@ def test_bench_growth_reports_time_and_p1_per_context_and_a_fresh_process_peak_r
     assert table.count("\n") == 3 and table.splitlines()[2].startswith("| 16 |") and " 500 |" in table
     small, large = peak_rss("standard_explicit", (16, 256)).values()
     assert 50 < small < large  # a torch process; the explicit path's (B, H, T, T) tensors grow with T
+
+
+def _record_sections(monkeypatch) -> dict[str, dict]:
+    """Replace every bench section by a recorder of the keyword arguments it was called with."""
+    calls: dict[str, dict] = {}
+
+    def recorder(name):
+        def section(device="cpu", quick=False, data_dir=None, browser=False, focus=False):
+            calls[name] = dict(quick=quick, focus=focus, browser=browser)
+            return {"ran": name}
+        return section
+
+    for name in list(bench.SECTIONS):
+        monkeypatch.setitem(bench.SECTIONS, name, ("test_bench", f"fake_{name}"))
+        globals()[f"fake_{name}"] = recorder(name)
+    monkeypatch.setitem(sys.modules, "test_bench", sys.modules[__name__])
+    return calls
+
+
+def test_quick_measures_issue_23s_table_and_says_how_to_run_the_rest(monkeypatch):
+    """`spanviz bench --quick`: core, spans, growth and widgets in their focused quick form; ls, fp8, notebooks and
+    the sweep are not run and say which command runs them. With --only, a named section runs (quick, unfocused)."""
+    calls = _record_sections(monkeypatch)
+    res = bench.run_benchmarks(device="cpu", quick=True)
+    assert set(calls) == set(bench.QUICK) == {"core", "spans", "growth", "widgets"}
+    assert all(c["quick"] and c["focus"] and not c["browser"] for c in calls.values())
+    for name in ("ls", "fp8", "notebooks", "sweep"):
+        assert f"spanviz bench --only {name}" in res[name]["skipped"]
+    assert res["environment"]["quick_measures"] == bench.QUICK
+    calls.clear()
+    res = bench.run_benchmarks(only="ls,core,sweep", device="cpu", quick=True)
+    assert calls == {"ls": dict(quick=True, focus=False, browser=False), "core": dict(quick=True, focus=False,
+                                                                                     browser=False)}
+    assert "skipped" in res["sweep"]  # the sweep never runs quick
+    calls.clear()
+    bench.run_benchmarks(device="cpu")
+    assert set(calls) == set(bench.SECTIONS) and not any(c["quick"] or c["focus"] for c in calls.values())
+
+
+def test_each_section_records_its_cpu_time_children_included(monkeypatch):
+    def busy():
+        t0 = time.process_time()
+        while time.process_time() - t0 < 0.3:
+            pass
+        subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                        "while time.process_time() - t < 0.3: pass"], check=True)
+        return {}
+
+    monkeypatch.setitem(bench.SECTIONS, "busy", ("test_bench", "busy"))
+    monkeypatch.setitem(sys.modules, "test_bench", sys.modules[__name__])
+    globals()["busy"] = busy
+    res = bench.run_benchmarks(only="busy", device="cpu")["busy"]
+    assert res["section_cpu_s"] >= 0.55 and res["section_wall_s"] >= 0.55
+    assert res["section_end_load_average"] >= 0
+
+
+def test_focused_sections_skip_what_issue_23s_table_does_not_name(monkeypatch):
+    def never(*args, **kwargs):
+        raise AssertionError("measured although --quick leaves it out")
+
+    monkeypatch.setattr(core, "bench_step_ratio", never)
+    assert "skipped" in core.bench_core("cpu", quick=True, focus=True)["step_ratio"]
+    monkeypatch.setattr(widgets, "bench_dashboard", never)
+    monkeypatch.setattr(widgets, "bench_sliders", lambda repeats: {"repeats": repeats})
+    res = widgets.bench_widgets(quick=True, focus=True)
+    assert "skipped" in res["dashboard"] and res["sliders"] == {"repeats": 8} and "skipped" in res["browser"]
+
+
+def test_quick_growth_times_the_four_steps_at_t512_three_rounds(monkeypatch):
+    from spanviz.bench import spans as bench_spans_module
+
+    seen = []
+
+    def fake_steps(base, batch_size, dev, seed):
+        seen.append(base["context_length"])
+        return {n: (lambda: None) for n in ("standard_fused", "standard_explicit", "kv8_1000", "qk4_1000")}
+
+    real_measure = bench_spans_module.measure
+    rounds = []
+
+    def counting_measure(steps, repeats, **kw):
+        rounds.append((repeats, kw.get("warmup")))
+        return real_measure(steps, repeats, **kw)
+
+    monkeypatch.setattr(bench_spans_module, "_steps", fake_steps)
+    monkeypatch.setattr(bench_spans_module, "measure", counting_measure)
+    monkeypatch.setattr(bench_spans_module, "peak_rss", lambda *a: pytest.fail("no fresh processes in --quick"))
+    res = bench_growth(quick=True)
+    assert seen == [512] and rounds == [(3, 1)] and set(res["p1"]) == {512}
+    assert set(res["meets_targets"]) == {"kv8_over_fused_T512"}

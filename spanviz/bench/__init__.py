@@ -17,6 +17,11 @@ Nothing here asserts a time: the targets are printed next to the measurements. H
 (thread CPU time of one thread as the primary figure, wall time beside it; synchronised wall time on an
 accelerator): :mod:`spanviz.bench.core`. On a CPU each section runs with one torch thread and one BLAS thread
 (a section that compares thread counts, ``sweep``, sets its own).
+
+``--quick`` without ``--only`` measures what issue 23's table names (:data:`QUICK`), in a few minutes on 2 cores;
+the other sections say how to run them. With ``--only``, each named section runs in its own quick form (fewer
+rounds). Every section records its wall time, the CPU time it cost (this process and its finished children) and
+the load average when it ended.
 """
 
 from __future__ import annotations
@@ -35,6 +40,11 @@ import torch
 
 from spanviz.bench.core import one_thread
 
+try:
+    import resource
+except ImportError:  # Windows
+    resource = None  # type: ignore[assignment]
+
 logger = logging.getLogger(__name__)
 
 SECTIONS: dict[str, tuple[str, str]] = {
@@ -47,6 +57,31 @@ SECTIONS: dict[str, tuple[str, str]] = {
     "notebooks": ("spanviz.bench.notebooks", "bench_notebooks"),
     "sweep": ("spanviz.bench.sweep", "bench_sweep"),
 }
+
+QUICK: dict[str, str] = {
+    "core": "the notebook config's steps per CPU-second and peak RSS in a fresh process (P6; no TinyGPT / plain "
+            "step ratio)",
+    "spans": "kv8 [1000], qk4 [1000] and explicit over the fused standard step at T 128",
+    "growth": "the same four steps at T 512 (P1 at T 512; no T 1024, no peak RSS)",
+    "widgets": "the sliders' kernel-side latency at T 64 and 128 (P5; no live-dashboard overhead, no browser unless "
+               "--browser)",
+}
+"""What ``spanviz bench --quick`` (without ``--only``) measures per section: issue 23's table."""
+QUICK_SKIPPED: dict[str, str] = {
+    "ls": "LS attention over dense causal attention (minutes): run `spanviz bench --only ls`",
+    "fp8": "spectral norms as a share of a train step: run `spanviz bench --only fp8`",
+    "notebooks": "tokens/s of every notebook run: run `spanviz bench --only notebooks`",
+    "sweep": "the sweep times parallel worker processes (minutes): run `spanviz bench --only sweep`",
+}
+"""The sections ``--quick`` leaves out (without ``--only``), and how to run each."""
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process (every thread) and of its finished children [s]."""
+    if resource is None:
+        return time.process_time()
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def _resolve(device: str) -> str:
@@ -66,8 +101,9 @@ def run_benchmarks(
     A section that fails records its error instead of stopping the others.
 
     Args:
-        only, device, data_dir, quick: as ``spanviz bench``'s flags (``quick``: fewer rounds, the growth table at
-            T 128 and 256 only, no sweep). browser: measure the sliders in JupyterLab in Chromium too (the only
+        only, device, data_dir, quick: as ``spanviz bench``'s flags (``quick`` without ``only``: :data:`QUICK`,
+            the sections of :data:`QUICK_SKIPPED` skipped; with ``only``: each named section's quick form; the
+            sweep never runs quick). browser: measure the sliders in JupyterLab in Chromium too (the only
             section part that starts a browser). on_section: ``fn(name, results)`` after each section (the CLI
             writes the JSON file there, so a long run leaves every finished section on disk).
     Raises:
@@ -91,17 +127,19 @@ def run_benchmarks(
             "quick": quick,
         }
     }
+    focus = quick and only is None  # --quick alone: issue 23's table (QUICK)
+    if quick:
+        results["environment"]["quick_measures"] = dict(QUICK) if focus else "each named section's quick form"
     for name in names:
         module_name, func_name = SECTIONS[name]
         func: Callable[..., dict] = getattr(importlib.import_module(module_name), func_name)
-        offered = {"device": device, "quick": quick, "data_dir": data_dir, "browser": browser}
+        offered = {"device": device, "quick": quick, "data_dir": data_dir, "browser": browser, "focus": focus}
         accepted = inspect.signature(func).parameters
         kwargs = {k: v for k, v in offered.items() if k in accepted}
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), _cpu_seconds()
         try:
-            if name == "sweep" and quick:
-                results[name] = {"skipped": "--quick: the sweep times parallel worker processes (minutes); "
-                                            "run `spanviz bench --only sweep`"}
+            if quick and name in QUICK_SKIPPED and (focus or name == "sweep"):
+                results[name] = {"skipped": f"--quick: {QUICK_SKIPPED[name]}"}
             elif torch.device(device).type == "cpu" and name != "sweep":
                 with one_thread():
                     results[name] = func(**kwargs)
@@ -112,6 +150,9 @@ def run_benchmarks(
             results[name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-1500:]}
         if isinstance(results[name], dict):
             results[name].setdefault("section_wall_s", time.perf_counter() - started)
+            results[name].setdefault("section_cpu_s", _cpu_seconds() - cpu_started)
+            if hasattr(os, "getloadavg"):
+                results[name].setdefault("section_end_load_average", os.getloadavg()[0])
         if on_section is not None:
             on_section(name, results)
     return results

@@ -156,6 +156,8 @@ def _bench(device: str, repeats: int, config: str, seed: int, warmup: int) -> di
 GROWTH_BASE = dict(vocab_size=8192, n_layer=2, n_head=4, d_model=128)
 GROWTH_BATCH = 16
 GROWTH_T = (128, 256, 512, 1024)
+GROWTH_T_QUICK = (512,)
+"""``spanviz bench --quick``: P1 at T 512 (T 1024 costs 20 CPU-seconds a round)."""
 GROWTH_TARGETS = {512: 1.3, 1024: 1.5}
 """P1: kv8 [1000] train step / standard (fused) step at T 512 and 1024 (d_model 128, 4 heads, batch 16)."""
 
@@ -190,15 +192,16 @@ def bench_growth(quick: bool = False, contexts: Sequence[int] | None = None, rep
     after T, :func:`spanviz.bench.core.peak_rss_mb`).
 
     Args:
-        quick: T 128 and 256 only, 1 timed round, no peak RSS. contexts: the T to measure (default
-        :data:`GROWTH_T`). repeats: timed rounds per T (default 3; quick 1). seed: weights and batch.
-        rss: measure peak RSS (default: unless quick).
+        quick: T 512 only (P1 there; T 128 is the ``spans`` section's notebook config), no peak RSS.
+        contexts: the T to measure (default :data:`GROWTH_T`; quick :data:`GROWTH_T_QUICK`). repeats: timed rounds
+        per T after 1 warm-up round (default 3). seed: weights and batch. rss: measure peak RSS (default: unless
+        quick).
     Returns:
         ``{"config", "timing", "T": {T: {"step_ms": {variant: {...}}, "ratios": {...}, "ratio_detail": {...},
         "peak_rss_mb": {variant: MB}}}, "p1": {T: kv8 / standard}, "targets", "meets_targets"}``.
     """
-    contexts = list(contexts or ((128, 256) if quick else GROWTH_T))
-    repeats = repeats or (1 if quick else 3)
+    contexts = list(contexts or (GROWTH_T_QUICK if quick else GROWTH_T))
+    repeats = repeats or 3
     rss = not quick if rss is None else rss
     out: dict[str, Any] = {"config": {**GROWTH_BASE, "batch_size": GROWTH_BATCH}, "T": {}}
     for T in contexts:

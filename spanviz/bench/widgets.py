@@ -254,11 +254,13 @@ def _bench_dashboard(chunk_s: float, rounds: int, refresh_hz: float) -> dict[str
     }
 
 
-def bench_widgets(quick: bool = False, threads: int | None = None, browser: bool = False) -> dict[str, Any]:
+def bench_widgets(quick: bool = False, threads: int | None = None, browser: bool = False,
+                  focus: bool = False) -> dict[str, Any]:
     """The widget benchmarks: ``{"sliders": ..., "browser": ..., "dashboard": ..., "torch_threads": n}``.
 
     Args:
-        quick: fewer repeats and shorter chunks (for smoke runs).
+        quick: fewer repeats and shorter chunks (for smoke runs). focus: the sliders only, no dashboard
+            (``spanviz bench --quick``: issue 23's P5).
         threads: torch threads for the dashboard measurement (see :func:`bench_dashboard`).
         browser: measure in JupyterLab in Chromium too (``spanviz bench --browser``; skipped by itself when there
             is no Chromium).
@@ -267,6 +269,8 @@ def bench_widgets(quick: bool = False, threads: int | None = None, browser: bool
         "sliders": bench_sliders(repeats=8 if quick else 30),
         "browser": (bench_browser_sliders(repeats=4 if quick else 15) if browser
                     else {"skipped": "not asked for: spanviz bench --browser starts JupyterLab and Chromium"}),
-        "dashboard": bench_dashboard(chunk_s=1.0 if quick else 3.0, rounds=1 if quick else 3, threads=threads),
+        "dashboard": ({"skipped": "--quick: run `spanviz bench --only widgets` for the live dashboard's overhead"}
+                      if focus else
+                      bench_dashboard(chunk_s=1.0 if quick else 3.0, rounds=1 if quick else 3, threads=threads)),
         "torch_threads": torch.get_num_threads(),
     }
