@@ -1,7 +1,7 @@
 """An independent check of `spanviz bench`'s step ratios: the same train steps, timed by a plain loop.
 
 It shares no timing code with spanviz.bench: it builds the same models (TinyGPT, AdamW lr 1e-4, one random
-batch, the same seed for every variant), then runs the variants round-robin in one process, one torch thread,
+batch, the same seed for every variant, the malloc settings of spanviz's trainer), then runs the variants round-robin in one process, one torch thread,
 the order reversed every other round, after warm-up rounds, and records each call's thread CPU time
 (``time.thread_time``, the primary figure) and wall time (``time.perf_counter``, a check). It prints the
 median and min per variant and the median-ratio and min-ratio of each variant over ``standard_fused``.
@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from spanviz.memory import keep_freed_memory
 from spanviz.model import GPTConfig, TinyGPT
 from spanviz.spans import SpanConfig
 
@@ -58,6 +59,7 @@ def variants(T: int) -> dict[str, GPTConfig]:
 
 
 def step_fn(cfg: GPTConfig, x: torch.Tensor, y: torch.Tensor):
+    keep_freed_memory()  # the malloc settings every spanviz training run has (set by its Trainer)
     torch.manual_seed(0)
     model = TinyGPT(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -121,22 +123,27 @@ def _run(cmd: list[str]) -> str:
     return done.stdout
 
 
-def bench_run(contexts: list[int], rounds: int) -> dict[int, dict]:
-    """The bench's growth measurement in a fresh process: ``{T: {ratio: {"median", "min"}}}`` (thread CPU time)."""
+def bench_run(contexts: list[int], rounds: int) -> tuple[dict[int, dict], dict[int, dict]]:
+    """The bench's growth measurement in a fresh process: ``{T: {ratio: {"median", "min"}}}`` and ``{T: {variant:
+    {"median", "min"}}}`` step ms (thread CPU time)."""
     res = json.loads(_run([sys.executable, "-c", _BENCH_SCRIPT, ",".join(map(str, contexts)), str(rounds)])
                      .strip().splitlines()[-1])
-    return {int(T): {name: {k: row["ratio_detail"][name][k] for k in ("median", "min")} for name in RATIOS}
-            for T, row in res["T"].items()}
+    ratios = {int(T): {name: {k: row["ratio_detail"][name][k] for k in ("median", "min")} for name in RATIOS}
+              for T, row in res["T"].items()}
+    ms = {int(T): {v: {k: row["step_ms"][v][k] for k in ("median", "min")} for v in row["step_ms"]}
+          for T, row in res["T"].items()}
+    return ratios, ms
 
 
-def own_run(contexts: list[int], rounds: int, warmup: int) -> dict[int, dict]:
-    """This script's loop in a fresh process: ``{T: {ratio: {"median", "min"}}}`` (thread CPU time)."""
+def own_run(contexts: list[int], rounds: int, warmup: int) -> tuple[dict[int, dict], dict[int, dict]]:
+    """This script's loop in a fresh process: as :func:`bench_run`."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "own.json"
         _run([sys.executable, str(Path(__file__).resolve()), "--T", *map(str, contexts), "--rounds", str(rounds),
               "--warmup", str(warmup), "--json", str(path)])
         res = json.loads(path.read_text())
-    return {r["T"]: {name: r["ratio_cpu"][variant] for name, variant in RATIOS.items()} for r in res}
+    return ({r["T"]: {name: r["ratio_cpu"][variant] for name, variant in RATIOS.items()} for r in res},
+            {r["T"]: r["cpu_ms"] for r in res})
 
 
 def against_bench(contexts: list[int], rounds: int, warmup: int, runs: int) -> dict:
@@ -146,9 +153,10 @@ def against_bench(contexts: list[int], rounds: int, warmup: int, runs: int) -> d
     for i in range(runs):
         for m in (("bench", "independent") if i % 2 == 0 else ("independent", "bench")):
             before, t0 = _load(), time.perf_counter()
-            ratios = methods[m]()
+            ratios, ms = methods[m]()
             per_run[m].append({"load_before": before, "load_after": _load(), "wall_s": time.perf_counter() - t0,
-                               "ratios": {str(T): r for T, r in ratios.items()}})
+                               "ratios": {str(T): r for T, r in ratios.items()},
+                               "step_ms": {str(T): r for T, r in ms.items()}})
             print(f"run {i + 1} {m}: " + "; ".join(
                 f"T {T} " + ", ".join(f"{n} {v['median']:.3f}/{v['min']:.3f}" for n, v in r.items())
                 for T, r in ratios.items()), flush=True)

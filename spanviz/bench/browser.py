@@ -177,8 +177,12 @@ def bench_browser(
         repeats: inputs per control (alternating between two values), after one warm-up input.
         controls: names from :data:`BROWSER_CONTROLS` (default: all).
     Returns:
-        ``{"T64": {control: [latency in ms, one per input], ...}, ...}``, or ``{"skipped": reason}`` without
-        Chromium or Playwright.
+        ``{"T64": {control: {"wall_ms": [latency in ms, one per input], "page_thread_cpu_ms": [...],
+        "page_process_cpu_ms": [...]}, ...}, ...}`` — the wall time a person waits, and the CPU time the page's
+        main thread and its renderer process spent from before the input to after the draw (Chrome DevTools
+        Protocol ``Performance.getMetrics`` ``ThreadTime`` / ``ProcessTime``; left out where Chromium does not
+        report them: the CPU time tells the page's own work from waiting for a busy machine's CPU or the
+        kernel), or ``{"skipped": reason}`` without Chromium or Playwright.
     Raises:
         ValueError: an unknown control name.
     """
@@ -221,6 +225,13 @@ def _measure_notebook(page: Any, url: str, notebook: str, names: Sequence[str], 
     for view in ("blocks", "masks", "bounds"):
         page.locator(f".spanviz-view-{view} .js-plotly-plot[data-revision]").first.wait_for(timeout=600_000)
     results: dict[str, Any] = {}
+    cdp = page.context.new_cdp_session(page)  # the page's CPU time per input (Chrome DevTools Protocol metrics)
+    cdp.send("Performance.enable")
+
+    def renderer_cpu() -> dict[str, float]:
+        metrics = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+        return {k: metrics[k] for k in ("ThreadTime", "ProcessTime") if k in metrics}
+
     for name in names:
         _panel, kind, label, values, view = BROWSER_CONTROLS[name]
         rx = re.compile(rf"^{re.escape(label)}$")
@@ -231,10 +242,11 @@ def _measure_notebook(page: Any, url: str, notebook: str, names: Sequence[str], 
             box = page.locator(".widget-dropdown").filter(has=page.locator("label", has_text=rx)).first
             target = box.locator("select")
         target.scroll_into_view_if_needed()
-        times = []
+        times: dict[str, list[float]] = {"wall_ms": [], "page_thread_cpu_ms": [], "page_process_cpu_ms": []}
         for i in range(repeats + 1):  # the first input warms caches up and is not counted
             value = values[i % 2]
             page.evaluate(_ARM_JS, view)
+            cpu0 = renderer_cpu()
             if kind == "slider":
                 target.focus()
                 target.press(value)
@@ -242,9 +254,13 @@ def _measure_notebook(page: Any, url: str, notebook: str, names: Sequence[str], 
                 target.select_option(label=value)
             page.wait_for_function("window.__spanvizBench.drawn !== null && window.__spanvizBench.input !== null",
                                    timeout=120_000)
+            cpu1 = renderer_cpu()
             timing = page.evaluate("window.__spanvizBench")
             if i:
-                times.append(timing["drawn"] - timing["input"])
-        results[name] = times
+                times["wall_ms"].append(timing["drawn"] - timing["input"])
+                for key, metric in (("page_thread_cpu_ms", "ThreadTime"), ("page_process_cpu_ms", "ProcessTime")):
+                    if metric in cpu0 and metric in cpu1:
+                        times[key].append(1e3 * (cpu1[metric] - cpu0[metric]))
+        results[name] = {k: v for k, v in times.items() if v}
     page.close()
     return results

@@ -45,6 +45,7 @@ except ImportError:  # Windows
     resource = None  # type: ignore[assignment]
 from torch.utils import benchmark
 
+from spanviz.memory import keep_freed_memory
 from spanviz.model import GPTConfig, TinyGPT
 from spanviz.threads import torch_threads
 
@@ -99,7 +100,13 @@ class PlainGPT(nn.Module):
 
 def make_train_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, logits: bool = False) -> Callable[[], None]:
     """One AdamW step (forward, backward, update) on a fixed batch, as a closure. A :class:`TinyGPT` computes its
-    loss as the trainer does (no (B·T, V) logits), or with ``logits=True`` from its full logits."""
+    loss as the trainer does (no (B·T, V) logits), or with ``logits=True`` from its full logits.
+
+    The process gets the trainer's malloc settings (:func:`spanviz.memory.keep_freed_memory`), as every spanviz
+    training run has them: with glibc's adaptive defaults a step's cost depended on which step ran before it (the
+    blocks its predecessor freed were handed back to the system or not), thousands of page faults per step at
+    T 128, and interleaved ratios moved with the order of the variants."""
+    keep_freed_memory()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     kwargs = {"return_logits": logits} if isinstance(model, TinyGPT) else {}
 
