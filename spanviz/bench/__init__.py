@@ -62,7 +62,8 @@ QUICK: dict[str, str] = {
     "core": "the notebook config's steps per CPU-second and peak RSS in a fresh process (P6; no TinyGPT / plain "
             "step ratio)",
     "spans": "kv8 [1000], qk4 [1000] and explicit over the fused standard step at T 128",
-    "growth": "the same four steps at T 512 (P1 at T 512; no T 1024, no peak RSS)",
+    "growth": "kv8 [1000] and qk4 [1000] over the fused standard step at T 512 (P1 at T 512; no explicit path, no "
+              "T 1024, no peak RSS)",
     "widgets": "the sliders' kernel-side latency at T 64 and 128 (P5; no live-dashboard overhead, no browser unless "
                "--browser)",
 }
