@@ -148,6 +148,10 @@ def own_run(contexts: list[int], rounds: int, warmup: int) -> tuple[dict[int, di
 
 def against_bench(contexts: list[int], rounds: int, warmup: int, runs: int) -> dict:
     """``runs`` alternations of :func:`bench_run` and :func:`own_run` (order reversed every other time)."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
+                           cwd=ROOT)
+    measured = commit.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")  # the code as the runs start
     methods = {"bench": lambda: bench_run(contexts, rounds), "independent": lambda: own_run(contexts, rounds, warmup)}
     per_run: dict[str, list[dict]] = {m: [] for m in methods}
     for i in range(runs):
@@ -173,13 +177,10 @@ def against_bench(contexts: list[int], rounds: int, warmup: int, runs: int) -> d
             row["difference_pct"] = {k: 100 * (row["bench"][k] / row["independent"][k] - 1) for k in ("median", "min")}
             summary[T][name] = row
     worst = max(abs(r["difference_pct"][k]) for t in summary.values() for r in t.values() for k in ("median", "min"))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
-                           cwd=ROOT)
     return {
         "environment": {
             "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
-            "commit": commit.stdout.strip() + ("+changes" if dirty.stdout.strip() else ""),
+            "commit": measured,
             "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
             "cpu_count": os.cpu_count(),
             "load_min": min(min(r["load_before"][0], r["load_after"][0]) for rs in per_run.values() for r in rs),
