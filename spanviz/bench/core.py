@@ -103,9 +103,8 @@ def make_train_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, logits: 
     loss as the trainer does (no (B·T, V) logits), or with ``logits=True`` from its full logits.
 
     The process gets the trainer's malloc settings (:func:`spanviz.memory.keep_freed_memory`), as every spanviz
-    training run has them: with glibc's adaptive defaults a step's cost depended on which step ran before it (the
-    blocks its predecessor freed were handed back to the system or not), thousands of page faults per step at
-    T 128, and interleaved ratios moved with the order of the variants."""
+    training run has them: with glibc's adaptive defaults each step page-faulted (thousands of faults per step at
+    T 128), by an amount that depended on what the step before it had freed — a cost training does not pay."""
     keep_freed_memory()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     kwargs = {"return_logits": logits} if isinstance(model, TinyGPT) else {}
