@@ -192,7 +192,7 @@ def test_focused_sections_skip_what_issue_23s_table_does_not_name(monkeypatch):
     assert "skipped" in res["dashboard"] and res["sliders"] == {"repeats": 8} and "skipped" in res["browser"]
 
 
-def test_quick_growth_times_standard_kv8_and_qk4_at_t512_three_rounds(monkeypatch):
+def test_quick_growth_times_standard_kv8_and_qk4_at_t512_four_rounds(monkeypatch):
     from spanviz.bench import spans as bench_spans_module
 
     seen = []
@@ -212,6 +212,6 @@ def test_quick_growth_times_standard_kv8_and_qk4_at_t512_three_rounds(monkeypatc
     monkeypatch.setattr(bench_spans_module, "measure", counting_measure)
     monkeypatch.setattr(bench_spans_module, "peak_rss", lambda *a: pytest.fail("no fresh processes in --quick"))
     res = bench_growth(quick=True)
-    assert seen == [512] and rounds == [(3, 1, ("standard_fused", "kv8_1000", "qk4_1000"))]
+    assert seen == [512] and rounds == [(4, 1, ("standard_fused", "kv8_1000", "qk4_1000"))]
     assert set(res["p1"]) == {512} and set(res["meets_targets"]) == {"kv8_over_fused_T512"}
     assert set(res["T"][512]["ratios"]) == {"kv8_over_fused", "qk4_over_fused"}

@@ -197,7 +197,12 @@ def measure(
     """Time closures the bench's way (module docstring): interleaved rounds, order reversed every other round.
 
     Args:
-        steps: name → closure taking no arguments. repeats: timed rounds, >= 1. warmup: untimed rounds first.
+        steps: name → closure taking no arguments. repeats: timed rounds, >= 1; use an even number: with the
+            order reversed every other round, the closure that ends a round starts the next one and runs right
+            after itself, on warm caches (2–6 % less CPU time for a T 512 train step); an odd count gives the
+            first or the last closure more of those warm calls, depending on ``warmup``'s parity (the bench and
+            an independent loop disagreed by up to 12 % at 3 rounds, agreed within 2.3 % at 4:
+            docs/results/bench_vs_independent_cpu*.json). warmup: untimed rounds first.
         device: where the closures compute; "cpu" → thread CPU time with one torch and one BLAS thread (wall
             beside it); an accelerator → ``torch.utils.benchmark`` blocks (device synchronised), wall only.
         min_run_time: seconds per timed block: a closure faster than this is called several times per block (the
@@ -369,7 +374,7 @@ def bench_core(device: str = "cpu", quick: bool = False, data_dir: str | None = 
         out: dict[str, Any] = {"step_ratio": {"skipped": "--quick: run `spanviz bench --only core` for TinyGPT over "
                                                          "a plain GPT"}}
     else:
-        out = {"step_ratio": bench_step_ratio(device=device, repeats=3 if quick else 15, warmup=1 if quick else 2)}
+        out = {"step_ratio": bench_step_ratio(device=device, repeats=4 if quick else 16, warmup=1 if quick else 2)}
     if data_dir is None:
         out["notebook"] = {"skipped": "no data folder: pass --data-dir or set SPANVIZ_WIKITEXT_DIR"}
     else:

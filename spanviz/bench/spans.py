@@ -64,7 +64,7 @@ def _compile_span_transforms(model: TinyGPT) -> TinyGPT:
 
 
 def bench_spans(
-    device: str = "auto", repeats: int = 15, config: str = "auto", seed: int = 0, warmup: int = 2,
+    device: str = "auto", repeats: int = 16, config: str = "auto", seed: int = 0, warmup: int = 2,
     quick: bool = False, threads: int | None = None,
 ) -> dict[str, Any]:
     """Train-step times (ms) of standard and span-scaled training, and their ratios.
@@ -78,7 +78,7 @@ def bench_spans(
             runs the kv8 transform's definition (the explicit path) through ``torch.compile``.
         seed: weights and batch.
         warmup: untimed rounds first.
-        quick: at most 3 repeats and 1 warm-up round (noisier; for ``spanviz bench --quick``).
+        quick: at most 4 repeats and 1 warm-up round (noisier; for ``spanviz bench --quick``).
         threads: ignored on a CPU (the bench times one thread there); on an accelerator, torch's CPU threads
             for the host side (restored afterwards); None = as set.
     Returns:
@@ -96,7 +96,7 @@ def bench_spans(
     if threads is not None:
         check_int("threads", threads, 1)
     if quick:
-        repeats, warmup = min(repeats, 3), min(warmup, 1)
+        repeats, warmup = min(repeats, 4), min(warmup, 1)
     with torch_threads(threads):
         return _bench(device, repeats, config, seed, warmup)
 
@@ -198,14 +198,14 @@ def bench_growth(quick: bool = False, contexts: Sequence[int] | None = None, rep
         quick: T 512 only (P1 there; T 128 is the ``spans`` section's notebook config), without the explicit
             path (:data:`GROWTH_QUICK_VARIANTS`), no peak RSS.
         contexts: the T to measure (default :data:`GROWTH_T`; quick :data:`GROWTH_T_QUICK`). repeats: timed rounds
-        per T after 1 warm-up round (default 3). seed: weights and batch. rss: measure peak RSS (default: unless
+        per T after 1 warm-up round (default 4, even: :func:`spanviz.bench.core.measure`). seed: weights and batch. rss: measure peak RSS (default: unless
         quick).
     Returns:
         ``{"config", "timing", "T": {T: {"step_ms": {variant: {...}}, "ratios": {...}, "ratio_detail": {...},
         "peak_rss_mb": {variant: MB}}}, "p1": {T: kv8 / standard}, "targets", "meets_targets"}``.
     """
     contexts = list(contexts or (GROWTH_T_QUICK if quick else GROWTH_T))
-    repeats = repeats or 3
+    repeats = repeats or 4  # even: see bench.core.measure
     rss = not quick if rss is None else rss
     out: dict[str, Any] = {"config": {**GROWTH_BASE, "batch_size": GROWTH_BATCH}, "T": {}}
     for T in contexts:
