@@ -30,9 +30,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from spanviz import cli
+from spanviz import cli, files
 from spanviz.experiments import read_per_seed
 from spanviz.cli import main
+from spanviz.cli.main import COMMANDS
 from spanviz.model import GPTConfig
 from spanviz.store import ResultsStore
 from spanviz.train import TrainConfig, load_checkpoint
@@ -277,7 +278,7 @@ def test_unwritable_outputs_are_refused_before_training(case, data_flags, tmp_pa
         monkeypatch.setenv("SPANVIZ_HOME", str(blocker))
     elif case in ("out-read-only", "home-read-only"):  # tests may run as root, which ignores chmod
         refused = out if case == "out-read-only" else tmp_path / "home"
-        real = cli.check_writable_folder.__globals__["tempfile"].mkstemp
+        real = files.check_writable_folder.__globals__["tempfile"].mkstemp
 
         def mkstemp(*args, dir=None, **kwargs):  # noqa: A002 - tempfile's own name
             if dir is not None and Path(dir) == refused:
@@ -654,7 +655,7 @@ def test_help_lists_every_subcommand_with_a_line_and_python_m_works():
         out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True,
                              env={**os.environ, "COLUMNS": "120"})
         assert out.returncode == 0, out.stderr
-        for name, command in cli.COMMANDS.items():
+        for name, command in COMMANDS.items():
             first_words = " ".join(command.__doc__.split()[:3])
             assert name in out.stdout and first_words in out.stdout, (name, out.stdout)
 
