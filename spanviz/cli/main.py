@@ -66,22 +66,21 @@ def parse(argv: Sequence[str]) -> Any:
 
     Raises:
         UsageError: a value a config class refuses (its message in flag names, one line).
-        SystemExit(2): any other parse error, after tyro printed it to stderr.
+        SystemExit(2): any other parse error, after tyro printed its own message to stderr (tyro runs silently
+            first, so that a config class's refusal is said once, in flag names).
     """
     kind = Union[tuple(Annotated[cls, tyro.conf.subcommand(name=name)]  # noqa: UP007 - built at run time
                        for name, cls in COMMANDS.items())]
     if "-h" in argv or "--help" in argv:
         return tyro.cli(kind, args=argv, prog="spanviz", description=DESCRIPTION)
-    captured = io.StringIO()
     try:
-        with contextlib.redirect_stdout(captured), contextlib.redirect_stderr(captured):
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             return tyro.cli(kind, args=argv, prog="spanviz", description=DESCRIPTION)
     except SystemExit as exit_:
         error = _config_error(exit_)
         if error is not None:
             raise UsageError(as_flags(str(error))) from None
-        sys.stderr.write(captured.getvalue())
-        raise
+    return tyro.cli(kind, args=argv, prog="spanviz", description=DESCRIPTION)  # fails again, saying why
 
 
 def given_flags(argv: Sequence[str]) -> dict[str, str]:

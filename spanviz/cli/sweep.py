@@ -75,10 +75,10 @@ OVERRIDABLE: dict[type, tuple[str, ...]] = {
 
 
 def _type_text(kind: Any) -> str:
-    """``int | None`` → "int or None"; ``Literal["a", "b"]`` → "one of a, b"."""
+    """``int | None`` → "of type int or None"; ``Literal["a", "b"]`` → "one of a, b"."""
     if typing.get_origin(kind) is Literal:
         return "one of " + ", ".join(map(str, typing.get_args(kind)))
-    return " or ".join("None" if k is type(None) else getattr(k, "__name__", str(k))
+    return "of type " + " or ".join("None" if k is type(None) else getattr(k, "__name__", str(k))
                        for k in (typing.get_args(kind) or (kind,)))
 
 

@@ -34,8 +34,9 @@ class SpanOptions:
 
     spans_preset: Literal[PRESETS] | None = None
     """the decomposition: kv8, qkv8 or qk4 (kv8 when only --alphas is given)."""
-    alphas: Annotated[str | None, tyro.conf.arg(help="α per order, α0 first: digits as in the paper (1000, 1110) or "
-                                                   "numbers (1,0.5,0,0); 1111 when only --spans-preset is given.")] = None
+    alphas: Annotated[str | None, tyro.conf.arg(help="α per order, α0 first: digits as in the paper (1000, "
+                                                   "1110) or numbers (1,0.5,0,0); 1111 when only --spans-preset "
+                                                   "is given.")] = None
     spans_layers: tuple[int, ...] | None = None
     """layer indices (0-based) the scaling applies to; default: every layer."""
 
@@ -161,8 +162,11 @@ def resume_plan(cmd: TrainCommand, given: Mapping[str, str], out: Path) -> Train
         raise UsageError(f"--resume: {out} has no checkpoint.pt to continue{hint}")
     checkpoint = load_checkpoint(path)  # CheckpointError: one line naming the file
     saved_model, saved_train = checkpoint.model_cfg, checkpoint.train_cfg
-    status = _saved_status(out)
-    if status == "diverged":
+    try:  # a missing or unreadable run.json: no status
+        diverged = RunRecord.load(out / "run.json").status == "diverged"
+    except ValueError:
+        diverged = False
+    if diverged:
         raise UsageError(f"--resume: the run in {out} diverged (see its run.json); continuing it from its last good "
                          "checkpoint would diverge again at the same update. Start a new run, e.g. with a lower --lr")
     conflicts = []
@@ -195,14 +199,6 @@ def resume_plan(cmd: TrainCommand, given: Mapping[str, str], out: Path) -> Train
                      "(--min-lr-ratio 1)")
     data = resume_data_settings(cmd, given, checkpoint.record.config.get("data", {}))
     return TrainPlan(saved_model, replace(saved_train, steps=steps), saved_probes, data, checkpoint, notes)
-
-
-def _saved_status(out: Path) -> str | None:
-    """The status in ``out/run.json``, or None when it is missing or unreadable."""
-    try:
-        return RunRecord.load(out / "run.json").status
-    except ValueError:
-        return None
 
 
 def probe_options_of(saved: Sequence[Mapping[str, Any]], where: Path, what: str = "--resume") -> ProbeOptions:
@@ -257,8 +253,8 @@ def refuse_flags_without_effect(cmd: TrainCommand, given: Mapping[str, str]) -> 
     if t.lr_spike_factor == 1.0:
         for flag in ("--lr-spike-start", "--lr-spike-steps"):
             if flag in given:
-                raise UsageError(f"{flag} {given[flag]}: has no effect without --lr-spike-factor (at factor 1 there is no "
-                                 "spike); add --lr-spike-factor F (> 1)")
+                raise UsageError(f"{flag} {given[flag]}: has no effect without --lr-spike-factor (at factor 1 there is "
+                                 "no spike); add --lr-spike-factor F (> 1)")
     if "--checkpoint-interval" in given and cmd.out is None:
         raise UsageError(f"--checkpoint-interval {t.checkpoint_interval}: checkpoints are written only into --out "
                          "DIR, and none is given; add --out DIR")
