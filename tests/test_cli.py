@@ -682,6 +682,21 @@ def test_flags_are_generated_from_the_config_dataclasses():
     assert "regardless of --probe-every" in text  # --fp8-probe's schedule is said
 
 
+
+def test_config_file_values_are_defaults_that_typed_flags_override(tmp_path):
+    """--config FILE's values come first and typed flags override them; a field the file leaves out keeps its own
+    default rule (the warm-up is 10 % of the typed --steps, not of the file's)."""
+    from spanviz.cli.main import parse
+    from spanviz.cli.train_checks import read_config_file
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model": {"n_layer": 3, "bias": False}, "train": {"steps": 300, "lr": 0.001}}))
+    argv = ["train", "--config", str(path), "--steps", "1000", "--n-layer", "1"]
+    config = read_config_file(argv)
+    cmd = parse([argv[0], *config.flags, *argv[1:]])
+    assert (cmd.train.steps, cmd.train.lr, cmd.train.warmup_steps) == (1000, 0.001, 100)
+    assert (cmd.model.n_layer, cmd.model.bias) == (1, False)
+
 @pytest.mark.slow
 def test_demo_config_lowers_val_loss_by_two_nats(wikitext_dir, tmp_path):
     """The foundation issue's 'done when': the default CLI config, 300 steps on CPU, val loss −2 nats."""
