@@ -24,7 +24,9 @@ from spanviz.experiments import fp8 as fp8_experiment
 from spanviz.experiments import ls as ls_experiment
 from spanviz.experiments import spans as spans_experiment
 from spanviz.experiments.core import MAX_SEEDS, RunsFailedError
-from spanviz.experiments.executors import ExecutorStartError, MissingExtraError, check_address, make_executor
+from spanviz.experiments.executors import (
+    EXECUTORS, ExecutorStartError, MissingExtraError, check_address, make_executor,
+)
 from spanviz.files import check_writable_folder
 from spanviz.model import GPTConfig
 from spanviz.store import ResultsStore
@@ -56,7 +58,7 @@ class SweepCommand:
     """replay runs the results store has, keep new ones (--no-store: train everything, keep nothing)."""
     out: Path | None = None
     """write the summary as JSON to this .json file, and the per-seed table beside it (.per_seed.json/.csv)."""
-    executor: Literal["local", "ray"] = "local"
+    executor: Annotated[str, tyro.conf.arg(metavar="{" + ",".join(EXECUTORS) + "}")] = "local"
     """local: one run after another in this process; ray: each run a Ray task (pip install "spanviz[distributed]")."""
     workers: int | None = None
     """--executor ray: runs at a time (a local cluster of N workers; default one per GPU, else one per CPU core)."""
@@ -232,9 +234,11 @@ def sweep_executor(cmd: SweepCommand) -> Any:
     """The executor of ``--executor`` / ``--workers`` / ``--address``, checked before any data is read.
 
     Raises:
-        UsageError: --workers < 1, --workers / --address without --executor ray, or Ray not installed (the
-            message says how to install it).
+        UsageError: an unknown --executor, --workers < 1, --workers / --address without --executor ray, or Ray not
+            installed (the message says how to install it).
     """
+    if cmd.executor not in EXECUTORS:  # checked here, not by tyro: one line naming the flag
+        raise UsageError(f"--executor {cmd.executor}: must be one of {', '.join(EXECUTORS)}")
     if cmd.workers is not None and cmd.workers < 1:
         raise UsageError(f"--workers {cmd.workers}: must be a number of workers >= 1")
     if cmd.executor == "local" and (cmd.workers is not None or cmd.address is not None):
