@@ -20,7 +20,8 @@ from spanviz.files import UnreadableFileError, expand_user, read_bounded
 from spanviz.fp8 import FP8Probe
 from spanviz.local_global import LogitProbe
 from spanviz.model import GPTConfig
-from spanviz.spans import PRESETS, SpanConfig, SpanProbe
+from spanviz.spans import SpanConfig, SpanProbe
+from spanviz.spans.config import PRESETS
 from spanviz.train import RunRecord, TrainConfig, describe_probe, load_checkpoint, to_json_text
 from spanviz.train.record import MAX_RECORD_FILE_BYTES
 
