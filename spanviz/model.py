@@ -22,10 +22,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import torch
 import torch.nn.functional as F
+import tyro
 from torch import Tensor, nn
 
 from spanviz.hook_points import HookedRootModule, HookPoint
@@ -68,7 +69,7 @@ class GPTConfig:
         ValueError: naming the field, the value and what is allowed.
     """
 
-    vocab_size: int = 8192
+    vocab_size: Annotated[int, tyro.conf.Suppress] = 8192  # the command line takes it from the data
     context_length: int = 128
     n_layer: int = 2
     n_head: int = 4
@@ -79,8 +80,8 @@ class GPTConfig:
     window: int | None = None
     qk_norm: bool = False
     qk_rank: int | None = None
-    spans: SpanConfig | None = None
-    attn_backend: str = "auto"
+    spans: Annotated[SpanConfig | None, tyro.conf.Suppress] = None  # the command line: --spans-preset etc.
+    attn_backend: Literal[ATTN_BACKENDS] = "auto"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "context_length", "n_layer", "n_head", "d_model"):  # numpy integers become ints

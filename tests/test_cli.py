@@ -24,15 +24,18 @@ import signal
 import subprocess
 import sys
 import time
+import typing
 from dataclasses import fields
 from pathlib import Path
 
+import docstring_parser
 import pytest
 import torch
 
-from spanviz import cli
+from spanviz import cli, files
 from spanviz.experiments import read_per_seed
 from spanviz.cli import main
+from spanviz.cli.main import COMMANDS
 from spanviz.model import GPTConfig
 from spanviz.store import ResultsStore
 from spanviz.train import TrainConfig
@@ -278,7 +281,7 @@ def test_unwritable_outputs_are_refused_before_training(case, data_flags, tmp_pa
         monkeypatch.setenv("SPANVIZ_HOME", str(blocker))
     elif case in ("out-read-only", "home-read-only"):  # tests may run as root, which ignores chmod
         refused = out if case == "out-read-only" else tmp_path / "home"
-        real = cli.check_writable_folder.__globals__["tempfile"].mkstemp
+        real = files.check_writable_folder.__globals__["tempfile"].mkstemp
 
         def mkstemp(*args, dir=None, **kwargs):  # noqa: A002 - tempfile's own name
             if dir is not None and Path(dir) == refused:
@@ -655,23 +658,24 @@ def test_help_lists_every_subcommand_with_a_line_and_python_m_works():
         out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True,
                              env={**os.environ, "COLUMNS": "120"})
         assert out.returncode == 0, out.stderr
-        for name, command in cli.COMMANDS.items():
+        for name, command in COMMANDS.items():
             first_words = " ".join(command.__doc__.split()[:3])
             assert name in out.stdout and first_words in out.stdout, (name, out.stdout)
 
 
 def test_flags_are_generated_from_the_config_dataclasses():
-    """One source of truth: every field is a flag whose default and help are the dataclass's."""
-    assert TrainConfig(**cli.config_kwargs(cli.TrainOptions())) == TrainConfig()
-    defaults = GPTConfig()
-    model = cli.ModelOptions()
-    assert {f.name: getattr(model, f.name) for f in fields(model)} == {
-        f.name: getattr(defaults, f.name) for f in fields(GPTConfig) if f.name not in ("vocab_size", "spans")}
+    """One source of truth: tyro parses the config dataclasses themselves (no generated copies), so every field is
+    a flag whose default and help are the dataclass's."""
+    from spanviz.cli.train import TrainCommand
+
+    hints = typing.get_type_hints(TrainCommand, include_extras=True)
+    assert typing.get_args(hints["model"])[0] is GPTConfig and typing.get_args(hints["train"])[0] is TrainConfig
     out = subprocess.run([sys.executable, "-m", "spanviz", "train", "--help"], capture_output=True, text=True,
                          env={**os.environ, "COLUMNS": "200"})
     text = " ".join(out.stdout.replace("│", " ").split())
     for config_class, skip in ((TrainConfig, ()), (GPTConfig, ("vocab_size", "spans"))):
-        helps = cli.field_help(config_class)
+        helps = {p.arg_name: " ".join(p.description.split())
+                 for p in docstring_parser.parse(config_class.__doc__ or "").params if p.description}
         for f in fields(config_class):
             if f.name in skip:
                 continue
@@ -681,6 +685,21 @@ def test_flags_are_generated_from_the_config_dataclasses():
             assert f"(default: {f.default})" in text or f"(default: {f.default!s})" in text, flag
     assert "regardless of --probe-every" in text  # --fp8-probe's schedule is said
 
+
+
+def test_config_file_values_are_defaults_that_typed_flags_override(tmp_path):
+    """--config FILE's values come first and typed flags override them; a field the file leaves out keeps its own
+    default rule (the warm-up is 10 % of the typed --steps, not of the file's)."""
+    from spanviz.cli.main import parse
+    from spanviz.cli.train_checks import read_config_file
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model": {"n_layer": 3, "bias": False}, "train": {"steps": 300, "lr": 0.001}}))
+    argv = ["train", "--config", str(path), "--steps", "1000", "--n-layer", "1"]
+    config = read_config_file(argv)
+    cmd = parse([argv[0], *config.flags, *argv[1:]])
+    assert (cmd.train.steps, cmd.train.lr, cmd.train.warmup_steps) == (1000, 0.001, 100)
+    assert (cmd.model.n_layer, cmd.model.bias) == (1, False)
 
 @pytest.mark.slow
 def test_demo_config_lowers_val_loss_by_two_nats(wikitext_dir, tmp_path):

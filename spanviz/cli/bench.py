@@ -4,18 +4,48 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
+
+import tyro
 
 from spanviz import data as data_lib
 from spanviz.bench import SECTIONS as BENCH_SECTIONS
 from spanviz.bench import format_results, run_benchmarks
-from spanviz.cli.common import announce_smoke, smoke
-from spanviz.cli.options import BenchCommand, UsageError, as_flags
+from spanviz.cli.common import UsageError, announce_smoke, as_flags, smoke
 from spanviz.files import atomic_write, check_writable_folder, expand_user
 from spanviz.train.config import resolve_device
 
 
+@dataclass(frozen=True)
+class BenchCommand:
+    """Benchmarks: ratios measured within one run (the test suite never times anything)."""
+
+    json: bool = False
+    """print JSON."""
+    only: Annotated[str | None, tyro.conf.arg(help=f"comma-separated sections: {', '.join(BENCH_SECTIONS)} "
+                                                   "(default: all).")] = None
+    device: str = "auto"
+    """auto, cpu, cuda, cuda:<index> or mps."""
+    quick: bool = False
+    """issue 23's ratios only (spanviz.bench.QUICK); with --only, each section's quick form (minutes on 2 cores)."""
+    browser: bool = False
+    """also time the sliders in JupyterLab in Chromium (the only part that starts a browser)."""
+    out: Path | None = None
+    """write the JSON to this file after every section (a long run leaves each finished section on disk)."""
+    data_dir: Path | None = None
+    """WikiText-2 folder for the notebook-config benchmark (default: as for train)."""
+    verbose: bool = False
+    """log at INFO level."""
+
+
 def cmd_bench(cmd: BenchCommand) -> int:
+    """Run the benchmarks and print them; returns 0, or 1 when a section failed.
+
+    Raises:
+        UsageError: a bad --device, --only, --data-dir or --out (before anything is timed).
+    """
     try:
         resolve_device(cmd.device)
     except ValueError as error:

@@ -1,19 +1,59 @@
-"""What every command shares: ``SPANVIZ_SMOKE``, the data settings (the split policy, with the command line's
-default splits), data errors as flag messages, ``$SPANVIZ_HOME`` checks; and ``spanviz prepare-data``."""
+"""What the commands share: command-line errors in flag names (:class:`UsageError`, :func:`as_flags`),
+``SPANVIZ_SMOKE``, the data flags (:class:`DataOptions`) and their settings (the split policy, with the command
+line's default splits), data errors as flag messages, and the ``$SPANVIZ_HOME`` check."""
 
 from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from spanviz import data as data_lib
-from spanviz.cli.options import DataOptions, PrepareDataCommand, UsageError, as_flags
 from spanviz.files import check_writable_folder, expand_user
+from spanviz.model import GPTConfig
 from spanviz.settings import ENV_SMOKE, env_flag
+from spanviz.train import TrainConfig
+
+
+class UsageError(ValueError):
+    """A command-line mistake; its message already names the flags."""
+
+
+def flag_name(option: str) -> str:
+    """The flag of a dataclass field: ``n_layer`` → ``--n-layer`` (tyro's spelling)."""
+    return "--" + option.replace("_", "-")
+
+
+FLAG_NAMES: dict[str, str] = {
+    **{f.name: flag_name(f.name) for cls in (GPTConfig, TrainConfig) for f in fields(cls) if f.name != "spans"},
+    "vocab_size": "--max-vocab", "every": "--probe-every", "preset": "--spans-preset", "alphas": "--alphas",
+    "layers": "--spans-layers", "spans.layers": "--spans-layers",
+}
+"""Config field (GPTConfig, TrainConfig, SpanConfig, a probe's) → the flag that sets it, for messages."""
+
+
+def as_flags(message: str) -> str:
+    """A config error rewritten for a command-line user: ``n_layer=4`` → ``--n-layer 4``, field names → flags.
+
+    Identifiers with an underscore are rewritten wherever they stand; plain words (steps, lr, window, ...) only
+    as ``name=value`` or at the start of the message, where they are the subject.
+    """
+    names = FLAG_NAMES
+
+    def assignment(m: re.Match[str]) -> str:
+        return f"{names[m.group(1)]} {m.group(3)}"
+
+    keys = "|".join(sorted((re.escape(k) for k in names), key=len, reverse=True))
+    message = re.sub(rf"(?<![\w.-])({keys})=(['\"]?)([^\s'\",;)]*)\2", assignment, message)
+    message = re.sub(rf"^({keys})\b", lambda m: names[m.group(1)], message)
+    underscored = "|".join(sorted((re.escape(k) for k in names if "_" in k or "." in k), key=len, reverse=True))
+    return re.sub(rf"(?<![\w.-])({underscored})\b", lambda m: names[m.group(1)], message)
+
 
 SMOKE_ENV = ENV_SMOKE
 """The variable that makes every command a seconds-long version of itself."""
@@ -35,7 +75,27 @@ def announce_smoke(what: str) -> None:
     print(f"{ENV_SMOKE}=1: {what}", file=sys.stderr)
 
 
-# ======================================================================================= data helpers
+# ======================================================================================= data flags
+@dataclass(frozen=True)
+class DataOptions:
+    """Data: WikiText-2 from --data-dir, $SPANVIZ_WIKITEXT_DIR, the folder prepare-data remembered, or the hub."""
+
+    data_dir: Path | None = None
+    """WikiText-2 folder (train/valid/test .txt, wiki.*.tokens or parquet); default: see the group's line above."""
+    train_split: Literal[data_lib.SPLITS + ("valid",)] | None = None
+    """split to train on; default: $SPANVIZ_TRAIN_SPLIT, else the remembered choice, else train."""
+    eval_split: Literal[data_lib.SPLITS + ("valid",)] | None = None
+    """split to evaluate on; default: $SPANVIZ_EVAL_SPLIT, else the remembered choice, else validation."""
+    wikitext_config: Literal[data_lib.CONFIGS] = "wikitext-2-v1"
+    """wikitext-2-v1 (tokenized, rare words as <unk>) or wikitext-2-raw-v1."""
+    tokenizer: Literal[data_lib.TOKENIZER_KINDS] | None = None
+    """word or byte; default word (`sweep ls`: its size's choice, bytes on CPU)."""
+    max_vocab: int = 8192
+    """word-level vocabulary cap, including <unk> and <eos>; 0 = no cap."""
+    offline: bool = False
+    """never contact the Hugging Face hub (also: SPANVIZ_OFFLINE=1)."""
+
+
 def data_settings(opts: DataOptions, *, tokenizer: str | None = None, max_vocab: int | None = None,
                   given: Collection[str] = ()) -> dict[str, Any]:
     """The keyword arguments of :func:`spanviz.data.prepare_tokens` for ``opts`` (nothing read yet).
@@ -127,19 +187,3 @@ def estimated_vocab(settings: Mapping[str, Any]) -> int:
     if settings["tokenizer"] == "byte":
         return 256
     return min(settings["max_vocab"] or ESTIMATED_WORD_VOCAB, ESTIMATED_WORD_VOCAB)
-
-
-# ================================================================================ prepare-data
-def cmd_prepare_data(cmd: PrepareDataCommand, given: Collection[str] = ()) -> int:
-    settings = data_settings(cmd.data, given=given)
-    check_home()
-    data = load_data(settings)
-    info = data.describe()
-    print(f"{'cache hit' if data.from_cache else 'tokenized'}: {info['n_tokens']['train']:,} train / "
-          f"{info['n_tokens']['eval']:,} eval tokens, vocab {data.vocab_size:,}, splits {info['splits']}, "
-          f"source {data.source}")
-    if settings["data_dir"] is not None:
-        data_lib.remember_data_source(settings["data_dir"], data.splits)
-        print(f"remembered: later commands read {data.source} (--train-split {data.splits['train']} "
-              f"--eval-split {data.splits['eval']}) unless given --data-dir")
-    return 0

@@ -3,12 +3,40 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
 
-from spanviz.cli.options import RunsCommand, UsageError
+import tyro
+
+from spanviz.cli.common import UsageError
 from spanviz.experiments.results import format_table
 from spanviz.files import check_writable_folder
 from spanviz.store import ResultsStore
 from spanviz.store.listing import matches, run_row, shipped_runs
+
+
+@dataclass(frozen=True)
+class RunsCommand:
+    """List, export or import the results store: runs that replay instantly, e.g. for a workshop."""
+
+    action: tyro.conf.Positional[Literal["list", "export", "import"]]
+    """list the stored runs, export them into FILE (.zip), or import FILE."""
+    file: tyro.conf.Positional[Path | None] = None
+    """the archive to write or read (.zip)."""
+    store: Path | None = None
+    """the store folder (default: $SPANVIZ_HOME/runs)."""
+    overwrite: bool = False
+    """import: replace runs already in the store."""
+    origin: Literal["bundle", "local"] | None = None
+    """list/export only the runs of the workshop bundle shipped with spanviz (bundle), or only the others (local:
+    trained here or imported)."""
+    device: str | None = None
+    """list/export only the runs whose device contains this text, any case (cpu, cuda, H100)."""
+    experiment: str | None = None
+    """list/export only the runs of this experiment: spans, ls, fp8 (sweeps; or e.g. ls/gpu) or notebook (panels)."""
+    verbose: bool = False
+    """log at INFO level."""
 
 
 def _filters(cmd: RunsCommand) -> dict[str, str]:
@@ -21,6 +49,11 @@ def _describe(filters: dict[str, str]) -> str:
 
 
 def cmd_runs(cmd: RunsCommand) -> int:
+    """List, export or import the results store; returns 0, or 1 when an import rejected entries.
+
+    Raises:
+        UsageError: a store that is a file, a missing or folder FILE, filters with import.
+    """
     store = ResultsStore(cmd.store)
     if store.root.exists() and not store.root.is_dir():
         raise UsageError(f"--store {store.root}: is a file, not a folder")

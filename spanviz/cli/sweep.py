@@ -7,23 +7,26 @@ import io
 import json
 import os
 import sys
+import typing
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
 import tyro
 from tqdm.auto import tqdm
 
-from spanviz.cli.common import announce_smoke, check_home, data_settings, load_data, shrink, smoke
-from spanviz.cli.options import (
-    OPTION_SOURCES, ModelOverrides, SweepCommand, TrainOverrides, UsageError, as_flags, config_kwargs, flag_name,
-    tyro_message,
+from spanviz.cli.common import (
+    DataOptions, UsageError, announce_smoke, as_flags, check_home, data_settings, load_data, shrink, smoke,
 )
 from spanviz.experiments import save_sweep
 from spanviz.experiments import fp8 as fp8_experiment
 from spanviz.experiments import ls as ls_experiment
 from spanviz.experiments import spans as spans_experiment
 from spanviz.experiments.core import MAX_SEEDS, RunsFailedError
-from spanviz.experiments.executors import ExecutorStartError, MissingExtraError, check_address, make_executor
+from spanviz.experiments.executors import (
+    EXECUTORS, ExecutorStartError, MissingExtraError, check_address, make_executor,
+)
 from spanviz.experiments.results import format_table
 from spanviz.files import check_writable_folder
 from spanviz.model import GPTConfig
@@ -31,35 +34,84 @@ from spanviz.store import ResultsStore
 from spanviz.train import TrainConfig
 from spanviz.train.config import check_runnable
 
+EXPERIMENTS = {"spans": spans_experiment, "ls": ls_experiment, "fp8": fp8_experiment}
+"""``spanviz sweep``'s experiments: name → module (its ``{name}_sweep`` function runs the comparison)."""
 
-def parse_overrides(items: Sequence[str], flag: str, options_class: type) -> dict[str, Any]:
-    """``("KEY=VALUE", ...)`` → ``{field: value}``, parsed by tyro from the generated ``options_class``.
 
-    KEY is a field name (``context_length`` or ``context-length``); VALUE is converted to the field's type.
+@dataclass(frozen=True)
+class SweepCommand:
+    """Run a paper comparison (spans, ls or fp8) over seeds and print a table with the seed noise."""
+
+    experiment: tyro.conf.Positional[Literal[tuple(EXPERIMENTS)]]
+    """spans (arXiv 2512.13033), ls (arXiv 2505.15548) or fp8 (arXiv 2602.18851)."""
+    size: str = "cpu"
+    """spans: cpu or paper; ls: cpu or gpu; fp8: cpu only."""
+    seeds: int | None = None
+    """number of seeds (0, 1, ... n-1); default: the experiment's."""
+    steps: int | None = None
+    """updates per run; default: the experiment's for its size."""
+    scenario: Literal["lr_spike", "weight_swap", "none"] | None = None
+    """fp8 only: run just this transient (default: none, lr_spike and weight_swap, each at margins 0 and 1)."""
+    model: Annotated[tuple[str, ...], tyro.conf.UseAppendAction] = ()
+    """KEY=VALUE, a GPTConfig field for every variant (repeatable), e.g. --model context_length=1024."""
+    train: Annotated[tuple[str, ...], tyro.conf.UseAppendAction] = ()
+    """KEY=VALUE, a TrainConfig field for every variant (repeatable), e.g. --train batch_size=4."""
+    store: bool = True
+    """replay runs the results store has, keep new ones (--no-store: train everything, keep nothing)."""
+    out: Path | None = None
+    """write the summary as JSON to this .json file, and the per-seed table beside it (.per_seed.json/.csv)."""
+    executor: Annotated[str, tyro.conf.arg(metavar="{" + ",".join(EXECUTORS) + "}")] = "local"
+    """local: one run after another in this process; ray: each run a Ray task (pip install "spanviz[distributed]")."""
+    workers: int | None = None
+    """--executor ray: runs at a time (a local cluster of N workers; default one per GPU, else one per CPU core)."""
+    address: str | None = None
+    """--executor ray: an existing Ray cluster, HOST:PORT (default: $RAY_ADDRESS, else a local cluster)."""
+    data: Annotated[DataOptions, tyro.conf.OmitArgPrefixes] = DataOptions()
+    verbose: bool = False
+    """log at INFO level."""
+
+
+OVERRIDABLE: dict[type, tuple[str, ...]] = {
+    GPTConfig: tuple(f.name for f in fields(GPTConfig) if f.name not in ("vocab_size", "spans")),
+    TrainConfig: tuple(f.name for f in fields(TrainConfig)),
+}
+"""The fields ``--model`` (GPTConfig) and ``--train`` (TrainConfig) set: the flags of ``spanviz train``."""
+
+
+def _type_text(kind: Any) -> str:
+    """``int | None`` → "of type int or None"; ``Literal["a", "b"]`` → "one of a, b"."""
+    if typing.get_origin(kind) is Literal:
+        return "one of " + ", ".join(map(str, typing.get_args(kind)))
+    return "of type " + " or ".join("None" if k is type(None) else getattr(k, "__name__", str(k))
+                       for k in (typing.get_args(kind) or (kind,)))
+
+
+def parse_overrides(items: Sequence[str], flag: str, config_class: type) -> dict[str, Any]:
+    """``("KEY=VALUE", ...)`` → ``{field: value}``: KEY a field of ``config_class`` (``context_length`` or
+    ``context-length``), VALUE parsed by tyro as that field's type (as ``spanviz train`` parses its flag).
+
+    Not validated here: the sweep's variants apply the overrides to their own configs, which check them.
     Raises:
-        UsageError: an item without "=", or a KEY / VALUE tyro refuses (tyro's message is kept).
+        UsageError: an item without "=", a KEY that is not a field, or a VALUE that is not of the field's type.
     """
-    args: list[str] = []
+    hints = typing.get_type_hints(config_class)
+    names = OVERRIDABLE[config_class]
+    out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
+        key = key.strip().replace("-", "_")
         if not sep or not key:
             raise UsageError(f"{flag} takes KEY=VALUE, got {item!r}")
-        args += [flag_name(key.strip()), value]
-    if not args:
-        return {}
-    captured = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(captured), contextlib.redirect_stderr(captured):
-            parsed = tyro.cli(options_class, args=args, prog=f"spanviz sweep {flag} KEY=VALUE")
-    except SystemExit:
-        names = ", ".join(sorted(OPTION_SOURCES[options_class][1]))
-        raise UsageError(f"{flag} {' '.join(items)}: {tyro_message(captured.getvalue())} (KEY is one of {names})"
-                         ) from None
-    return {k: v for k, v in config_kwargs(parsed).items() if v is not None}
-
-
-EXPERIMENTS = {"spans": spans_experiment, "ls": ls_experiment, "fp8": fp8_experiment}
-"""``spanviz sweep``'s experiments: name → module (:data:`~spanviz.cli.options.SWEEP_MODULES` names them)."""
+        if key not in names:
+            raise UsageError(f"{flag} {item}: {key} is not a {config_class.__name__} field (KEY is one of "
+                             f"{', '.join(sorted(names))})")
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                out[key] = tyro.cli(hints[key], args=[value], prog=f"spanviz sweep {flag} {key}=VALUE")
+        except SystemExit:
+            raise UsageError(f"{flag} {item}: {value!r} is not {_type_text(hints[key])} (the type of "
+                             f"{config_class.__name__}.{key})") from None
+    return out
 
 
 def sweep_function(experiment: str) -> Callable[..., dict[str, Any]]:
@@ -117,6 +169,7 @@ def sweep_variants(experiment: str, size: str, steps: int | None, model: dict, t
 
 
 def sweep_sizes(experiment: str) -> tuple[str, ...]:
+    """The sizes an experiment knows (e.g. cpu, paper)."""
     return tuple(EXPERIMENTS[experiment].SIZES)
 
 
@@ -134,8 +187,8 @@ def cmd_sweep(cmd: SweepCommand, given: Collection[str] = ()) -> int:
     if cmd.scenario is not None and experiment != "fp8":
         raise UsageError(f"--scenario {cmd.scenario}: applies to sweep fp8 only")
     executor = sweep_executor(cmd)
-    model, train, extra = split_overrides(experiment, parse_overrides(cmd.model, "--model", ModelOverrides),
-                                          parse_overrides(cmd.train, "--train", TrainOverrides))
+    model, train, extra = split_overrides(experiment, parse_overrides(cmd.model, "--model", GPTConfig),
+                                          parse_overrides(cmd.train, "--train", TrainConfig))
     seeds, steps = cmd.seeds, cmd.steps
     if smoke():
         seeds = min(seeds or 2, 2)
@@ -183,9 +236,11 @@ def sweep_executor(cmd: SweepCommand) -> Any:
     """The executor of ``--executor`` / ``--workers`` / ``--address``, checked before any data is read.
 
     Raises:
-        UsageError: --workers < 1, --workers / --address without --executor ray, or Ray not installed (the
-            message says how to install it).
+        UsageError: an unknown --executor, --workers < 1, --workers / --address without --executor ray, or Ray not
+            installed (the message says how to install it).
     """
+    if cmd.executor not in EXECUTORS:  # checked here, not by tyro: one line naming the flag
+        raise UsageError(f"--executor {cmd.executor}: must be one of {', '.join(EXECUTORS)}")
     if cmd.workers is not None and cmd.workers < 1:
         raise UsageError(f"--workers {cmd.workers}: must be a number of workers >= 1")
     if cmd.executor == "local" and (cmd.workers is not None or cmd.address is not None):
@@ -253,6 +308,7 @@ def run_sweep(cmd: SweepCommand, executor: Any, data: Any, seeds: int | None, st
 
 
 def print_sweep(result: Mapping[str, Any]) -> None:
+    """Print a sweep's table (mean ± seed noise per variant) and its verdict."""
     print(format_table(result["rows"]))
     if result.get("verdict"):
         print(result["verdict"])

@@ -1,25 +1,51 @@
-"""``spanviz train``: lock ``--out``, train with a progress bar, print the outcome, put the run into the store."""
+"""``spanviz train``: its flags (GPTConfig, TrainConfig, the data, span and probe flags), then lock ``--out``,
+train with a progress bar, print the outcome, put the run into the store. The checks made before any data are
+read are in :mod:`spanviz.cli.train_checks`."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from contextlib import ExitStack
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Annotated, Any
 
 import torch
+import tyro
 
-from spanviz.cli.common import announce_smoke, check_home, load_data, smoke
-from spanviz.cli.options import TrainCommand, UsageError, as_flags
-from spanviz.cli.plans import (
-    TrainPlan, build_probes, check_out_is_free, checkpoint_bytes, fresh_plan, resume_plan, smoke_train,
+from spanviz.cli.common import DataOptions, UsageError, announce_smoke, as_flags, check_home, load_data, smoke
+from spanviz.cli.train_checks import (
+    ConfigFile, ProbeOptions, SpanOptions, TrainPlan, build_probes, fresh_plan, resume_plan, smoke_train,
 )
 from spanviz.files import check_writable_folder, folder_lock
+from spanviz.model import GPTConfig
 from spanviz.store import ResultsStore
 from spanviz.threads import torch_threads
-from spanviz.train import Trainer
+from spanviz.train import RunRecord, TrainConfig, Trainer
 from spanviz.train.callbacks import ProgressBar
-from spanviz.train.config import check_runnable
+from spanviz.train.config import check_runnable, count_parameters
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainCommand:
+    """Train a TinyGPT: run.json + checkpoint.pt in --out (checkpointed at every evaluation), record in the store."""
+
+    data: Annotated[DataOptions, tyro.conf.OmitArgPrefixes] = DataOptions()
+    model: Annotated[GPTConfig, tyro.conf.OmitArgPrefixes]
+    spans: Annotated[SpanOptions, tyro.conf.OmitArgPrefixes] = SpanOptions()
+    train: Annotated[TrainConfig, tyro.conf.OmitArgPrefixes]
+    probes: Annotated[ProbeOptions, tyro.conf.OmitArgPrefixes] = ProbeOptions()
+    out: Path | None = None
+    """folder for run.json and checkpoint.pt, locked while training; without it only the results store keeps the run."""
+    resume: bool = False
+    """continue the run in --out from its last checkpoint; with --steps N extend it (a finished one too) to N."""
+    store: bool = True
+    """put the finished (or diverged) run into the results store ($SPANVIZ_HOME/runs): runs export ships it."""
+    config: Path | None = None
+    """JSON with `model` / `train` sections (GPTConfig / TrainConfig fields; a run.json works): flags override it."""
+    verbose: bool = False
+    """log at INFO level."""
 
 
 DATA_FLAGS = ("--data-dir", "--train-split", "--eval-split", "--wikitext-config", "--tokenizer", "--max-vocab")
@@ -28,11 +54,18 @@ SAME_DATA = ("config", "splits", "tokenizer", "max_vocab", "vocab_size", "text_s
 """What must agree between a ``--config run.json`` and the data read for the new run (the folder may differ)."""
 
 
-def cmd_train(cmd: TrainCommand, given: set[str], config_data: dict[str, Any] | None = None) -> int:
-    """``spanviz train``. ``config_data``: the data description of a ``--config run.json``, which the data read
-    must match unless a data flag was typed."""
+def cmd_train(cmd: TrainCommand, given: Mapping[str, str], config: ConfigFile | None = None) -> int:
+    """``spanviz train``; returns 0 (finished), 1 (diverged, or the store could not keep it) or 130 (Ctrl-C).
+
+    Args:
+        given: the typed flags (→ their values as typed).
+        config: what ``--config FILE`` gave; the data read must match a run.json's unless a data flag was typed.
+    Raises:
+        UsageError: any flag or folder that cannot work, before the data are read where that can be known.
+    """
+    config_data = config.data if config is not None else None
     if smoke():
-        cmd = smoke_train(cmd)
+        cmd = smoke_train(cmd, {*given, *(config.flags if config is not None else ())})
         announce_smoke(f"a seconds-long run ({cmd.train.steps} updates, context {cmd.model.context_length}, "
                         f"batch {cmd.train.batch_size})")
     if cmd.resume and cmd.out is None:
@@ -62,7 +95,7 @@ def cmd_train(cmd: TrainCommand, given: set[str], config_data: dict[str, Any] | 
         for note in plan.notes:
             print(note, file=sys.stderr)
         data = load_data(plan.data)
-        if config_data is not None and not (given & set(DATA_FLAGS)):
+        if config_data is not None and not (set(given) & set(DATA_FLAGS)):
             check_same_data(cmd, config_data, data.describe())
         return train_and_report(cmd, plan, data)
 
@@ -159,3 +192,28 @@ def report(cmd: TrainCommand, trainer: Any, record: Any) -> int:
             else:
                 print(f"results store: {key[:12]} in {store.root}")
     return 0 if record.status == "finished" else 1
+
+
+def check_out_is_free(out: Path) -> None:
+    """A new run must not overwrite one already in ``out`` (nothing the user produced is lost)."""
+    present = [name for name in ("run.json", "checkpoint.pt") if (out / name).exists()]
+    if not present:
+        return
+    what = ""
+    if (out / "run.json").is_file():
+        try:
+            saved = RunRecord.load(out / "run.json")
+        except ValueError:
+            what = " (its run.json is damaged)"
+        else:
+            done = len(saved.history.get("step", []))
+            if done == 0 and present == ["run.json"]:
+                return  # a run stopped before its first update: nothing to lose, start it afresh
+            what = f" (status {saved.status}, {done} of {saved.config.get('train', {}).get('steps', '?')} updates)"
+    raise UsageError(f"--out {out} already holds a run{what}: continue it with --resume (--resume --steps N "
+                     "extends it), or choose another --out")
+
+
+def checkpoint_bytes(model_cfg: GPTConfig) -> int:
+    """About how large checkpoint.pt gets: weights and the two AdamW moments in fp32, plus slack."""
+    return 12 * count_parameters(model_cfg) + 2**20

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 import psutil
 import torch
@@ -45,7 +45,7 @@ def default_warmup_steps(steps: int) -> int:
 class TrainConfig:
     """How to train: optimizer, schedule, evaluation, precision, checkpoints, seed. Validated on construction.
 
-    The command line (``spanviz train``) is generated from these fields: their defaults, types and the
+    The command line (``spanviz train``) parses these fields with tyro: their defaults, types and the
     descriptions below are its flags' defaults, types and help. Units are in brackets.
 
     Attributes:
@@ -98,7 +98,7 @@ class TrainConfig:
     eval_iters: int = 10
     seed: int = 0
     device: str = "auto"
-    dtype: str = "float32"
+    dtype: Literal[DTYPES] = "float32"
     checkpoint_interval: int | None = None
     lr_spike_factor: float = 1.0
     lr_spike_start: int = 0
