@@ -61,7 +61,7 @@ class GPTConfig:
         qk_norm: normalise q and k per head (RMSNorm over d_head, learnable gain) — the QK-norm stabiliser.
         qk_rank: r, constrains each head's W^Q_h to rank r (so W^Q_h W^K_hᵀ has rank <= r); None = full
             rank d_head. 1 <= r <= d_head.
-        spans: span / violation gradient scaling setting (:class:`spanviz.SpanConfig`), or None.
+        spans: span / violation gradient scaling setting (:class:`spanviz.spans.SpanConfig`), or None.
         attn_backend: "auto" (fused unless something needs the explicit tensors; FlexAttention for
             local heads on CUDA), "explicit", "sdpa" or "flex" (CUDA only).
 
@@ -103,7 +103,7 @@ class GPTConfig:
                 raise ValueError(f"spans: {exc}") from exc
         if self.spans is not None:
             if not isinstance(self.spans, SpanConfig):
-                raise ValueError(f"spans must be a spanviz.SpanConfig, a dict or None, got {self.spans!r}")
+                raise ValueError(f"spans must be a spanviz.spans.SpanConfig, a dict or None, got {self.spans!r}")
             self.spans.check_layers(self.n_layer)
         check_choice("attn_backend", self.attn_backend, ATTN_BACKENDS)
 

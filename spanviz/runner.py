@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from spanviz.settings import ENV_BLOCKING, env_flag
-from spanviz.threads import torch_threads
+from spanviz.contexts import torch_threads
 from spanviz.train.record import append_rows  # the one history appender; re-exported for the panels
 
 logger = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from spanviz.threads import torch_threads
+from spanviz.contexts import torch_threads
 
 
 @pytest.fixture

@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from spanviz.threads import torch_threads
+from spanviz.contexts import torch_threads
 
 REPO = Path(__file__).resolve().parents[1]
 WIKITEXT = REPO.parent / "shared" / "data" / "wikitext-2"

@@ -802,7 +802,7 @@ def s_determinism_other_threads(stage: Stage) -> Outcome:
 
 def s_thread_count_recorded(stage: Stage) -> Outcome:
     """The record states the threads the run used (not a count read before they were set)."""
-    from spanviz.threads import torch_threads
+    from spanviz.contexts import torch_threads
 
     out = folder(stage, "runs") / "threads"
     with torch_threads(1):

@@ -47,7 +47,7 @@ from torch.utils import benchmark
 
 from spanviz.memory import keep_freed_memory
 from spanviz.model import GPTConfig, TinyGPT
-from spanviz.threads import torch_threads
+from spanviz.contexts import torch_threads
 
 NOTEBOOK_CONFIG = dict(vocab_size=8192, context_length=128, n_layer=2, n_head=4, d_model=128)
 NOTEBOOK_BATCH = 16

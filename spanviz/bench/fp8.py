@@ -29,7 +29,7 @@ from spanviz.fp8.folding import fold_qk, layer_sigma
 from spanviz.fp8.power import PowerIteration
 from spanviz.bench.core import NOTEBOOK_BATCH, NOTEBOOK_CONFIG, make_train_step, measure
 from spanviz.model import GPTConfig, TinyGPT
-from spanviz.threads import torch_threads
+from spanviz.contexts import torch_threads
 from spanviz.validators import check_int
 
 TARGETS_PCT = {"exact_pct": 2.0, "power_step_pct": 0.5}

@@ -36,7 +36,7 @@ from spanviz.experiments.core import run_grid
 from spanviz.experiments.executors import RayExecutor
 from spanviz.model import GPTConfig
 from spanviz.spans import SpanConfig
-from spanviz.threads import torch_threads
+from spanviz.contexts import torch_threads
 from spanviz.train import TrainConfig
 
 TARGET_SPEEDUP = 1.5

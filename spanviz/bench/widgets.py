@@ -39,7 +39,7 @@ from spanviz import widgets
 from spanviz.bench.browser import bench_browser
 from spanviz.model import GPTConfig
 from spanviz.runner import Job, Runner
-from spanviz.threads import torch_threads
+from spanviz.contexts import torch_threads
 from spanviz.train import Trainer
 from spanviz.widgets.specs import default_train_cfg
 

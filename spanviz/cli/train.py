@@ -21,7 +21,7 @@ from spanviz.cli.train_checks import (
 from spanviz.files import check_writable_folder, folder_lock
 from spanviz.model import GPTConfig
 from spanviz.store import ResultsStore
-from spanviz.threads import torch_threads
+from spanviz.contexts import torch_threads
 from spanviz.train import RunRecord, TrainConfig, Trainer
 from spanviz.train.callbacks import ProgressBar
 from spanviz.train.config import check_runnable, count_parameters

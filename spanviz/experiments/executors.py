@@ -41,7 +41,7 @@ from typing import Any, Protocol
 
 import torch
 
-from spanviz.threads import torch_threads
+from spanviz.contexts import torch_threads
 from spanviz.validators import check_float, check_int
 
 EXECUTORS = ("local", "ray")

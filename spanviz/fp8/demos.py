@@ -14,7 +14,7 @@ import torch
 
 from spanviz.fp8.casting import utilisation
 from spanviz.fp8.core import check_delta, logit_bounds, scale_from_bound
-from spanviz.threads import torch_threads
+from spanviz.contexts import torch_threads
 from spanviz.validators import check_int
 
 BOUND_KEYS = ("worst_case", "agnostic", "rank_aware")

@@ -17,7 +17,7 @@ from spanviz.fp8.casting import count_overflow, utilisation
 from spanviz.fp8.core import FORMATS, check_delta, geometry_scale, logit_bounds
 from spanviz.fp8.folding import check_bilinear, layer_sigma
 from spanviz.fp8.scaling import STRATEGIES, CalibratedAlpha, DelayedScaling, dynamic_scale, strategy_alpha
-from spanviz.modes import eval_mode
+from spanviz.contexts import eval_mode
 from spanviz.validators import check_choice, check_float, check_int
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from spanviz.modes import eval_mode
+from spanviz.contexts import eval_mode
 from spanviz.validators import check_bool, check_int
 
 

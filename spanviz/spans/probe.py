@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from spanviz.modes import eval_mode
+from spanviz.contexts import eval_mode
 from spanviz.spans.config import (
     DEFAULT_RIDGE, Slot, SpanConfig, block_formulas, block_names, block_orders, resolve_ridge, resolve_slots,
 )

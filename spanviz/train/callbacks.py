@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tqdm.auto import tqdm
 
-from spanviz.modes import eval_mode
+from spanviz.contexts import eval_mode
 from spanviz.train.record import CORE_KEYS, to_json_value
 
 if TYPE_CHECKING:  # annotations only

@@ -35,7 +35,7 @@ from torch import Tensor
 from spanviz import data as data_lib
 from spanviz.memory import keep_freed_memory
 from spanviz.model import GPTConfig, TinyGPT
-from spanviz.modes import eval_mode
+from spanviz.contexts import eval_mode
 from spanviz.train.callbacks import Probe, ProbeSet, ProgressBar
 from spanviz.train.checkpoint import (CHECKPOINT_FORMAT, Checkpoint, check_moments, first_line, load_checkpoint,
                                       on_disk, restore, resumed_configs, save_checkpoint, save_outputs)

@@ -12,7 +12,7 @@ from threadpoolctl import ThreadpoolController
 from spanviz.widgets.figure_widget import PlotlyFigure
 from spanviz.model import GPTConfig
 from spanviz.runner import Runner, TrainerLike
-from spanviz.threads import torch_threads
+from spanviz.contexts import torch_threads
 from spanviz.train import TrainConfig
 from spanviz.widgets.figures import FigureView, use_static
 from spanviz.widgets.specs import LiveView, RunSpec, default_train_cfg

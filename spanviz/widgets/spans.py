@@ -34,7 +34,7 @@ from spanviz.runner import TrainerLike
 from spanviz.spans import SpanConfig, SpanProbe, capture_score_grads, decompose, principal_angle_cosines
 from spanviz.spans.config import PRESETS, block_names, block_orders
 from spanviz.spans.demos import span_toy
-from spanviz.threads import torch_threads
+from spanviz.contexts import torch_threads
 from spanviz.train import TrainConfig
 from spanviz.widgets import captions
 from spanviz.widgets.block_scaler import BlockScaler

@@ -1,9 +1,9 @@
-"""spanviz.modes.eval_mode: eval inside the block, the previous mode restored after (also on error)."""
+"""spanviz.contexts.eval_mode and torch_threads: set inside the block, the previous setting restored after (also on error)."""
 
 import pytest
 import torch
 
-from spanviz.modes import eval_mode
+from spanviz.contexts import eval_mode, torch_threads
 
 
 @pytest.mark.parametrize("start_training", [True, False])
@@ -21,3 +21,12 @@ def test_eval_mode_restores_after_an_error():
     with pytest.raises(KeyError), eval_mode(module):
         raise KeyError("inside")
     assert module.training
+
+
+@pytest.mark.parametrize("threads", [1, None])
+def test_torch_threads_restores_the_thread_count_also_after_an_error(threads):
+    before = torch.get_num_threads()
+    with pytest.raises(KeyError), torch_threads(threads):
+        assert torch.get_num_threads() == (1 if threads == 1 else before)
+        raise KeyError("inside")
+    assert torch.get_num_threads() == before
