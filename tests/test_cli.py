@@ -66,7 +66,7 @@ def no_data(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("data were loaded before the arguments were checked")
 
-    monkeypatch.setattr("spanviz.data.prepare_tokens", refuse)
+    monkeypatch.setattr("spanviz.cli.common.prepare_tokens", refuse)  # where the command reads data
 
 
 def history(out: Path) -> dict:
@@ -414,7 +414,7 @@ def finished_run(tmp_path_factory, wikitext_dir):
 def test_a_damaged_checkpoint_gives_one_line_naming_the_file(damage, finished_run, tmp_path, capsys, monkeypatch):
     import shutil
 
-    monkeypatch.setattr("spanviz.data.prepare_tokens", lambda *a, **k: pytest.fail("data loaded"))
+    monkeypatch.setattr("spanviz.cli.common.prepare_tokens", lambda *a, **k: pytest.fail("data loaded"))
     out = tmp_path / "run"
     shutil.copytree(finished_run, out)
     path = out / "checkpoint.pt"

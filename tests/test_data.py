@@ -21,8 +21,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spanviz import data
-from spanviz.data import HubUnavailableError, get_batch, iter_eval_batches, prepare_tokens
+from spanviz import settings as split_policy  # SPANVIZ_HOME and the split policy (hypothesis has `settings`)
+from spanviz.data import prepare_tokens
+from spanviz.data.batches import get_batch, iter_eval_batches
+from spanviz.data.hub import HubUnavailableError
 from spanviz.data.tokenizers import ByteTokenizer, WordTokenizer, make_tokenizer, tokenizer_from_dict
 from spanviz.data.wikitext import load_wikitext2
 from spanviz.settings import DATA_SOURCE_FILE, remembered_data_source, splits_from_env
@@ -429,7 +431,7 @@ def test_get_batch_rejects_bad_arguments(kwargs, field):
 
 def test_spanviz_home_default(monkeypatch):
     monkeypatch.delenv("SPANVIZ_HOME")
-    assert data.spanviz_home() == Path("~/.cache/spanviz").expanduser()
+    assert split_policy.spanviz_home() == Path("~/.cache/spanviz").expanduser()
 
 
 def test_a_poisoned_token_cache_is_rebuilt(wikitext_dir, tmp_path, caplog):
@@ -464,16 +466,16 @@ def test_prepare_data_remembers_a_folder_and_its_splits(wikitext_dir, tmp_path, 
     for name in ("SPANVIZ_TRAIN_SPLIT", "SPANVIZ_EVAL_SPLIT"):  # scripts/setup.sh exports them
         monkeypatch.delenv(name, raising=False)
     assert remembered_data_source() is None
-    assert data.resolve_data_source() == (None, dict(data.DEFAULT_SPLITS))
-    data.remember_data_source(wikitext_dir, OFFLINE)
-    folder, splits = data.resolve_data_source()
+    assert split_policy.resolve_data_source() == (None, dict(split_policy.DEFAULT_SPLITS))
+    split_policy.remember_data_source(wikitext_dir, OFFLINE)
+    folder, splits = split_policy.resolve_data_source()
     assert folder == str(wikitext_dir.resolve()) and splits == OFFLINE
     assert splits_from_env(local=False) == OFFLINE  # the notebooks' default follows it too
     assert load_wikitext2(splits={"eval": "test"}).source == str(wikitext_dir.resolve())
     # explicit arguments and the environment come first
-    assert data.resolve_data_source(tmp_path, "test", None) == (str(tmp_path), {"train": "test", "eval": "validation"})
+    assert split_policy.resolve_data_source(tmp_path, "test", None) == (str(tmp_path), {"train": "test", "eval": "validation"})
     monkeypatch.setenv("SPANVIZ_WIKITEXT_DIR", str(tmp_path))
-    assert data.resolve_data_source() == (str(tmp_path), dict(data.DEFAULT_SPLITS))
+    assert split_policy.resolve_data_source() == (str(tmp_path), dict(split_policy.DEFAULT_SPLITS))
     monkeypatch.delenv("SPANVIZ_WIKITEXT_DIR")
     # a damaged or stale file is ignored with a warning
     (tmp_path / "spanviz-home" / DATA_SOURCE_FILE).write_text("{not json")
@@ -481,4 +483,4 @@ def test_prepare_data_remembers_a_folder_and_its_splits(wikitext_dir, tmp_path, 
         assert remembered_data_source() is None
     assert "ignoring" in caplog.text
     with pytest.raises(ValueError, match="not a folder"):
-        data.remember_data_source(tmp_path / "missing", OFFLINE)
+        split_policy.remember_data_source(tmp_path / "missing", OFFLINE)

@@ -54,8 +54,9 @@ def no_data(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("data were loaded before the arguments were checked")
 
-    monkeypatch.setattr("spanviz.data.prepare_tokens", refuse)
-    monkeypatch.setattr("spanviz.data.load_tokens", refuse)  # the experiments' loader (the split policy)
+    monkeypatch.setattr("spanviz.cli.common.prepare_tokens", refuse)
+    for experiment in ("spans", "ls", "fp8"):  # the experiments' loader (the split policy), where each calls it
+        monkeypatch.setattr(f"spanviz.experiments.{experiment}.load_tokens", refuse)
 
 
 @pytest.fixture

@@ -40,7 +40,8 @@ def test_weight_swap_overflows_delayed_scaling_only(synthetic):
 
 
 def test_fp8_sweep_keeps_runs_swaps_every_seed_and_tests_strategies_against_delayed(synthetic, tmp_path):
-    from spanviz.experiments.core import compare_groups, read_per_seed, save_sweep
+    from spanviz.experiments.results import read_per_seed, save_sweep
+    from spanviz.experiments.stats import compare_groups
     from spanviz.store import ResultsStore
 
     kwargs = dict(seeds=2, steps=8, at_step=3, window=2, scale_wq=8.0, data=synthetic, model=TINY_MODEL,

@@ -8,7 +8,7 @@ import pytest
 
 from spanviz.bench.ls import bench_ls, mask_shares
 from spanviz.experiments import ls as exp
-from spanviz.experiments.core import summarize
+from spanviz.experiments.results import summarize
 from spanviz.train import RunRecord
 
 TINY = dict(model=dict(context_length=32, n_layer=1, n_head=4, d_model=32), window=4, probe_every=2,
@@ -69,7 +69,8 @@ def _record(variant: str, seed: int, curve: list[float]) -> RunRecord:
 
 
 def _rows(records):
-    from spanviz.experiments.core import compare_groups, per_seed_table
+    from spanviz.experiments.results import per_seed_table
+    from spanviz.experiments.stats import compare_groups
 
     table = per_seed_table(records, {"best_val_loss": "best_val_loss",
                                      **{name: getattr(exp, name) for name in exp.GROWTH_METRICS}})  # fmt: skip

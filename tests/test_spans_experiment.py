@@ -30,7 +30,8 @@ def wikitext_dir_module():
 
 @pytest.mark.timeout(180)
 def test_sweep_smoke(tiny_data, tmp_path):
-    from spanviz.experiments.core import compare_groups, read_per_seed, save_sweep
+    from spanviz.experiments.results import read_per_seed, save_sweep
+    from spanviz.experiments.stats import compare_groups
 
     calls = []
     result = exp.spans_sweep(

@@ -10,7 +10,8 @@ from typing import Annotated
 
 import tyro
 
-from spanviz import data as data_lib
+from spanviz.data.wikitext import split_files
+from spanviz.settings import OFFLINE_SPLITS, resolve_data_source
 from spanviz.bench import SECTIONS as BENCH_SECTIONS
 from spanviz.bench import format_results, run_benchmarks
 from spanviz.cli.common import UsageError, announce_smoke, as_flags, smoke
@@ -58,12 +59,12 @@ def cmd_bench(cmd: BenchCommand) -> int:
             raise UsageError(f"--only {only}: sections are {', '.join(BENCH_SECTIONS)} (comma-separated)")
     quick, data_dir = cmd.quick, cmd.data_dir
     if data_dir is None:
-        folder, _ = data_lib.resolve_data_source()
+        folder, _ = resolve_data_source()
         data_dir = Path(folder) if folder is not None else None
     if data_dir is not None and not smoke():  # the notebook benchmarks read its validation and test splits
         origin = f"--data-dir {cmd.data_dir}" if cmd.data_dir is not None else f"the WikiText-2 folder {data_dir}"
         try:
-            data_lib.split_files(expand_user(data_dir, "--data-dir"), data_lib.OFFLINE_SPLITS)
+            split_files(expand_user(data_dir, "--data-dir"), OFFLINE_SPLITS)
         except ValueError as error:
             raise UsageError(f"{origin}: {as_flags(str(error))}") from None
     if smoke():

@@ -13,7 +13,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from spanviz import data as data_lib
+from spanviz.data.hub import HubUnavailableError
+from spanviz.data.tokenizers import TOKENIZER_KINDS
+from spanviz.data.tokens import prepare_tokens
+from spanviz.data.wikitext import CONFIGS, MissingSplitError, split_files, splits_for_folder
+from spanviz.settings import DEFAULT_SPLITS, ENV_DATA_DIR, ENV_EVAL_SPLIT, ENV_HOME, ENV_TRAIN_SPLIT, SPLITS, command_name, resolve_data_source, spanviz_home
 from spanviz.files import check_writable_folder, expand_user
 from spanviz.model import GPTConfig
 from spanviz.settings import ENV_SMOKE, env_flag
@@ -82,13 +86,13 @@ class DataOptions:
 
     data_dir: Path | None = None
     """WikiText-2 folder (train/valid/test .txt, wiki.*.tokens or parquet); default: see the group's line above."""
-    train_split: Literal[data_lib.SPLITS + ("valid",)] | None = None
+    train_split: Literal[SPLITS + ("valid",)] | None = None
     """split to train on; default: $SPANVIZ_TRAIN_SPLIT, else the remembered choice, else train."""
-    eval_split: Literal[data_lib.SPLITS + ("valid",)] | None = None
+    eval_split: Literal[SPLITS + ("valid",)] | None = None
     """split to evaluate on; default: $SPANVIZ_EVAL_SPLIT, else the remembered choice, else validation."""
-    wikitext_config: Literal[data_lib.CONFIGS] = "wikitext-2-v1"
+    wikitext_config: Literal[CONFIGS] = "wikitext-2-v1"
     """wikitext-2-v1 (tokenized, rare words as <unk>) or wikitext-2-raw-v1."""
-    tokenizer: Literal[data_lib.TOKENIZER_KINDS] | None = None
+    tokenizer: Literal[TOKENIZER_KINDS] | None = None
     """word or byte; default word (`sweep ls`: its size's choice, bytes on CPU)."""
     max_vocab: int = 8192
     """word-level vocabulary cap, including <unk> and <eos>; 0 = no cap."""
@@ -105,15 +109,15 @@ def data_settings(opts: DataOptions, *, tokenizer: str | None = None, max_vocab:
     Raises:
         UsageError: a bad --max-vocab or --data-dir, or --max-vocab typed with byte tokens.
     """
-    named = opts.data_dir is not None or bool(os.environ.get(data_lib.ENV_DATA_DIR))
-    folder, _ = data_lib.resolve_data_source(opts.data_dir)
-    local = data_lib.DEFAULT_SPLITS
+    named = opts.data_dir is not None or bool(os.environ.get(ENV_DATA_DIR))
+    folder, _ = resolve_data_source(opts.data_dir)
+    local = DEFAULT_SPLITS
     if named and folder is not None:  # a folder named now (flag or environment): the splits it has, said so
-        local = data_lib.splits_for_folder(folder, opts.wikitext_config)
-    folder, splits = data_lib.resolve_data_source(opts.data_dir, opts.train_split, opts.eval_split,
+        local = splits_for_folder(folder, opts.wikitext_config)
+    folder, splits = resolve_data_source(opts.data_dir, opts.train_split, opts.eval_split,
                                                   local_splits=local)
-    chosen = (opts.train_split, opts.eval_split, os.environ.get(data_lib.ENV_TRAIN_SPLIT),
-              os.environ.get(data_lib.ENV_EVAL_SPLIT))
+    chosen = (opts.train_split, opts.eval_split, os.environ.get(ENV_TRAIN_SPLIT),
+              os.environ.get(ENV_EVAL_SPLIT))
     if named and local["train"] != "train" and not any(chosen):
         print(f"{folder} has no train split: training on {splits['train']!r}, evaluating on {splits['eval']!r} "
               "(--train-split / --eval-split choose others)", file=sys.stderr)
@@ -126,12 +130,12 @@ def data_settings(opts: DataOptions, *, tokenizer: str | None = None, max_vocab:
         raise UsageError(f"--max-vocab {cap}: has no effect with byte tokens (the vocabulary is the 256 byte values); "
                          "drop it, or use --tokenizer word")
     if folder is not None and not expand_user(folder, "--data-dir").is_dir():
-        origin = "--data-dir" if opts.data_dir is not None else f"${data_lib.ENV_DATA_DIR}"
+        origin = "--data-dir" if opts.data_dir is not None else f"${ENV_DATA_DIR}"
         raise UsageError(f"{origin} {folder}: not a folder; it must hold the WikiText-2 splits "
                          "(e.g. valid.txt and test.txt)")
     if folder is not None:  # the split files must be there (found, not read yet)
         try:
-            data_lib.split_files(folder, splits, opts.wikitext_config)
+            split_files(folder, splits, opts.wikitext_config)
         except ValueError as error:
             raise UsageError(data_message(error)) from None
     return dict(data_dir=folder, config=opts.wikitext_config, splits=splits, tokenizer=kind,
@@ -140,16 +144,16 @@ def data_settings(opts: DataOptions, *, tokenizer: str | None = None, max_vocab:
 
 def data_message(error: BaseException) -> str:
     """A command-line message (flags, no Python) for a data error of :mod:`spanviz.data`."""
-    if isinstance(error, data_lib.MissingSplitError):
+    if isinstance(error, MissingSplitError):
         message = (f"the {error.role} split {error.split!r} is not in {error.folder} "
                    f"(splits there: {', '.join(error.available) or 'none'})")
         if "validation" in error.available:
             other = "test" if "test" in error.available else "validation"
             message += f"; train on another split: --train-split validation --eval-split {other}"
         return message
-    if isinstance(error, data_lib.HubUnavailableError):
+    if isinstance(error, HubUnavailableError):
         return (f"WikiText-2 is not available from the Hugging Face hub ({error.reason}). Use a local copy: "
-                f"{data_lib.command_name()} prepare-data --data-dir DIR — once; later commands and the notebooks "
+                f"{command_name()} prepare-data --data-dir DIR — once; later commands and the notebooks "
                 "remember DIR — where DIR is the folder that holds train.txt / valid.txt / test.txt, "
                 "wiki.*.tokens or the hub's parquet files (a copy without the train split trains on validation "
                 "and evaluates on test; --train-split / --eval-split choose others)")
@@ -159,15 +163,15 @@ def data_message(error: BaseException) -> str:
 def load_data(settings: Mapping[str, Any]) -> Any:
     """:func:`spanviz.data.prepare_tokens` with command-line messages (:class:`UsageError`)."""
     try:
-        return data_lib.prepare_tokens(**settings)
-    except (data_lib.HubUnavailableError, ValueError) as error:
+        return prepare_tokens(**settings)
+    except (HubUnavailableError, ValueError) as error:
         raise UsageError(data_message(error)) from None
 
 
 def check_home() -> Path:
     """``$SPANVIZ_HOME`` must be a folder we can write (token cache, results store): a clear error otherwise."""
-    home = data_lib.spanviz_home()
-    label = f"SPANVIZ_HOME={home}" if os.environ.get(data_lib.ENV_HOME) else f"the spanviz cache folder {home}"
+    home = spanviz_home()
+    label = f"SPANVIZ_HOME={home}" if os.environ.get(ENV_HOME) else f"the spanviz cache folder {home}"
     return check_writable_folder(home, f"{label} (set SPANVIZ_HOME to a folder you can write)")
 
 

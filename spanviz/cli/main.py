@@ -15,7 +15,7 @@ from typing import Annotated, Any, Union
 import tyro
 
 import spanviz
-from spanviz import data as data_lib
+from spanviz.data.hub import HubUnavailableError
 from spanviz.cli.bench import BenchCommand, cmd_bench
 from spanviz.cli.common import UsageError, as_flags, data_message
 from spanviz.cli.prepare_data import PrepareDataCommand, cmd_prepare_data
@@ -129,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{prefix}: interrupted", file=sys.stderr)
         return 130
-    except (UsageError, data_lib.HubUnavailableError) as error:
+    except (UsageError, HubUnavailableError) as error:
         print(f"{prefix}: error: {data_message(error) if not isinstance(error, UsageError) else error}",
               file=sys.stderr)
         return 2

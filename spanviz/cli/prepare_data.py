@@ -8,7 +8,7 @@ from typing import Annotated
 
 import tyro
 
-from spanviz import data as data_lib
+from spanviz.settings import remember_data_source
 from spanviz.cli.common import DataOptions, check_home, data_settings, load_data
 
 
@@ -35,7 +35,7 @@ def cmd_prepare_data(cmd: PrepareDataCommand, given: Collection[str] = ()) -> in
           f"{info['n_tokens']['eval']:,} eval tokens, vocab {data.vocab_size:,}, splits {info['splits']}, "
           f"source {data.source}")
     if settings["data_dir"] is not None:
-        data_lib.remember_data_source(settings["data_dir"], data.splits)
+        remember_data_source(settings["data_dir"], data.splits)
         print(f"remembered: later commands read {data.source} (--train-split {data.splits['train']} "
               f"--eval-split {data.splits['eval']}) unless given --data-dir")
     return 0

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import tyro
 
-from spanviz import data as data_lib
 from spanviz.cli.common import DataOptions, UsageError, as_flags, data_settings, estimated_vocab, flag_name, shrink
+from spanviz.data.hub import HUB_ID
+from spanviz.data.tokens import LOCAL_SOURCE
 from spanviz.files import UnreadableFileError, expand_user, read_bounded
 from spanviz.fp8 import FP8Probe
 from spanviz.local_global import LogitProbe
@@ -23,6 +24,7 @@ from spanviz.spans.config import PRESETS
 from spanviz.train import RunRecord, TrainConfig
 from spanviz.train.checkpoint import load_checkpoint
 from spanviz.train.record import MAX_RECORD_FILE_BYTES, describe_probe, to_json_text
+from spanviz.settings import resolve_data_source
 
 if TYPE_CHECKING:
     from spanviz.cli.train import TrainCommand
@@ -59,8 +61,7 @@ def smoke_train(cmd: TrainCommand, explicit: Collection[str] = ()) -> TrainComma
     """The seconds-long version of a train command: step counts ÷ 100, context ≤ 32, batch ≤ 4, ≤ 2 eval batches.
 
     ``explicit``: the flags typed or set by ``--config`` (a warm-up not set is the default's share of the new
-    number of steps, not the resolved one of the full run).
-    """
+    number of steps, not the resolved one of the full run)."""
     t = cmd.train
     steps = shrink(t.steps, 2)
     warmup = t.warmup_steps if "--warmup-steps" in explicit else None
@@ -225,11 +226,11 @@ def resume_data_settings(cmd: TrainCommand, given: Collection[str], saved: Mappi
     """prepare_tokens arguments that read the same data as the saved run (typed data flags must agree)."""
     source = saved.get("source")
     folder = str(cmd.data.data_dir) if cmd.data.data_dir is not None else None
-    if folder is None and source and source != data_lib.HUB_ID:
-        if source != data_lib.LOCAL_SOURCE and Path(source).is_dir():
+    if folder is None and source and source != HUB_ID:
+        if source != LOCAL_SOURCE and Path(source).is_dir():
             folder = source  # a record from before spanviz stopped recording the folder
         else:  # the record names no folder: $SPANVIZ_WIKITEXT_DIR or the remembered one (its text is checked)
-            folder, _ = data_lib.resolve_data_source()
+            folder, _ = resolve_data_source()
         if folder is None:
             raise UsageError("--resume: the run read WikiText-2 from a local folder; give it with --data-dir "
                              "(its text is checked against the run's)")
@@ -324,7 +325,7 @@ def _data_flags(data: dict[str, Any], path: str) -> list[str]:
     splits = data.get("splits") if isinstance(data.get("splits"), dict) else {}
     try:
         source = data.get("source")
-        folder = Path(source) if isinstance(source, str) and source != data_lib.HUB_ID else None
+        folder = Path(source) if isinstance(source, str) and source != HUB_ID else None
         opts = replace(
             opts,
             data_dir=folder if folder is not None and folder.is_dir() else None,

@@ -19,22 +19,9 @@ Data flows one way through this package:
 Source: WikiText-2 is from Merity, Xiong, Bradbury, Socher, "Pointer Sentinel Mixture Models" (2016).
 """
 
-from spanviz.data.batches import get_batch, iter_eval_batches
-from spanviz.data.tokenizers import TOKENIZER_KINDS
 from spanviz.data.tokens import LOCAL_SOURCE, TokenData, load_tokens, prepare_tokens
-from spanviz.data.hub import HUB_ID, HubUnavailableError
-from spanviz.data.wikitext import CONFIGS, MissingSplitError, split_files, splits_for_folder
-from spanviz.settings import (
-    DEFAULT_SPLITS, ENV_DATA_DIR, ENV_EVAL_SPLIT, ENV_HOME, ENV_TRAIN_SPLIT, OFFLINE_SPLITS, SPLITS, command_name,
-    remember_data_source, resolve_data_source, spanviz_home,
-)
+from spanviz.settings import OFFLINE_SPLITS
 
-# What the notebooks, README and scripts name: load_tokens, prepare_tokens, TokenData (what they return),
-# LOCAL_SOURCE, OFFLINE_SPLITS. The other names stay here while spanviz.cli and spanviz.train.loop reach them as
-# ``data_lib.X``; everything else is imported from its file (or from spanviz.settings).
-__all__ = [
-    "CONFIGS", "DEFAULT_SPLITS", "ENV_DATA_DIR", "ENV_EVAL_SPLIT", "ENV_HOME", "ENV_TRAIN_SPLIT", "HUB_ID",
-    "LOCAL_SOURCE", "OFFLINE_SPLITS", "SPLITS", "TOKENIZER_KINDS", "HubUnavailableError", "MissingSplitError",
-    "TokenData", "command_name", "get_batch", "iter_eval_batches", "load_tokens", "prepare_tokens",
-    "remember_data_source", "resolve_data_source", "spanviz_home", "split_files", "splits_for_folder",
-]
+# What the notebooks, README and scripts name; everything else is imported from its file (the split policy and the
+# environment variables from spanviz.settings).
+__all__ = ["LOCAL_SOURCE", "OFFLINE_SPLITS", "TokenData", "load_tokens", "prepare_tokens"]

@@ -8,7 +8,7 @@ train go to an executor (:mod:`spanviz.experiments.executors`): one after anothe
 on a Ray cluster, each finished run entering the store as it completes.
 
 The statistics (paired t-tests over seeds, Holm's correction, verdicts) are in :mod:`spanviz.experiments.stats`,
-the files and the printed table in :mod:`spanviz.experiments.results`; both are re-exported here.
+the files and the printed table in :mod:`spanviz.experiments.results`.
 """
 
 
@@ -21,10 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from spanviz.experiments.executors import Executor, LocalExecutor, make_executor
-from spanviz.experiments.results import (METRICS, format_table, metric_value, per_seed_table, read_per_seed,
-                                         save_sweep, summarize)
-from spanviz.experiments.stats import (ALPHA, CONFIDENCE, compare_groups, describe_comparison, holm,
-                                       paired_comparison)
+from spanviz.experiments.results import summarize
 from spanviz.model import GPTConfig
 from spanviz.store import ResultsStore
 from spanviz.store.keys import STORABLE
@@ -254,7 +251,5 @@ def run_grid(
     return ordered
 
 
-__all__ = ["ALPHA", "CONFIDENCE", "GRID_TRAIN_FIELDS", "MAX_SEEDS", "METRICS", "GridRun", "RunsFailedError",
-           "check_train_overrides", "compare_groups", "describe_comparison", "format_table", "holm", "metric_value",
-           "paired_comparison", "per_seed_table", "read_per_seed", "run_grid", "save_sweep", "seed_list", "summarize",
-           "train_run"]
+__all__ = ["GRID_TRAIN_FIELDS", "MAX_SEEDS", "GridRun", "RunsFailedError", "check_train_overrides", "run_grid",
+           "seed_list", "train_run"]

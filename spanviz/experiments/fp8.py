@@ -38,9 +38,11 @@ from typing import Any
 
 import torch
 
-from spanviz import data as data_lib
+from spanviz.data.tokens import load_tokens
 from spanviz import fp8
-from spanviz.experiments.core import check_train_overrides, compare_groups, format_table, run_grid, seed_list
+from spanviz.experiments.core import check_train_overrides, run_grid, seed_list
+from spanviz.experiments.results import format_table
+from spanviz.experiments.stats import compare_groups
 from spanviz.experiments.executors import Executor, make_executor
 from spanviz.experiments.fp8_runs import METRIC, alpha_obs, overflow_rows, sweep_verdict
 from spanviz.model import GPTConfig, LowRankQuery
@@ -188,7 +190,7 @@ def fp8_sweep(
         executor: where runs train: "local" (default), "ray", or an executor object (see
             :mod:`spanviz.experiments.executors`); checked before any data are loaded.
     Returns:
-        dict with ``rows`` (:func:`~spanviz.experiments.core.compare_groups` rows: per scenario and margin,
+        dict with ``rows`` (:func:`~spanviz.experiments.stats.compare_groups` rows: per scenario and margin,
         each strategy vs "delayed" on :data:`METRIC` — paired difference with 95 % CI, t, df, p, Holm p
         across the sweep, Welch check, verdict), ``per_seed`` (one row per run and strategy: variant,
         scenario, margin, seed, status, strategy, overflow_before / overflow_during / overflow_after,
@@ -234,7 +236,7 @@ def fp8_sweep(
         WeightSwap(at_step, checkpoint_path=checkpoint_path, scale_wq=swap_scale, layer=layer)  # validate early
     executor = make_executor(executor)  # e.g. Ray missing: say so before loading data
     if data is None:
-        data = data_lib.load_tokens(data_dir, max_vocab=max_vocab)
+        data = load_tokens(data_dir, max_vocab=max_vocab)
 
     model_cfg = GPTConfig(**{**DEFAULT_MODEL, "vocab_size": data.vocab_size, **(model or {})})
     train_kw: dict[str, Any] = {**DEFAULT_TRAIN, "eval_interval": steps, "device": device, **train}

@@ -15,7 +15,7 @@ Per run, from the probe's ``logits/max`` curve (max over layers and heads): ``pe
 over the run), ``mean_max_logit`` (its mean over probed updates), ``final_max_logit``, and
 ``slope_per_100`` (least-squares slope, logit units per 100 updates). ``ls`` and ``qk_norm`` are compared with
 ``mhsa`` on the best validation loss and each of these metrics by a paired t-test over seeds (Welch beside it),
-Holm-corrected across all ten comparisons of the sweep (:func:`spanviz.experiments.core.compare_groups`); the
+Holm-corrected across all ten comparisons of the sweep (:func:`spanviz.experiments.stats.compare_groups`); the
 answer to "does MHSA's max logit grow faster?" comes from the peak (primary).
 
 Offline, the data are WikiText-2's validation split for training and its test split for evaluation (the
@@ -31,10 +31,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from spanviz import data as data_lib
+from spanviz.data.tokens import load_tokens
 from spanviz import local_global
-from spanviz.experiments.core import (check_train_overrides, compare_groups, describe_comparison, per_seed_table,
-                                      run_grid, seed_list)
+from spanviz.experiments.core import check_train_overrides, run_grid, seed_list
+from spanviz.experiments.results import per_seed_table
+from spanviz.experiments.stats import compare_groups, describe_comparison
 from spanviz.experiments.executors import Executor, make_executor
 from spanviz.local_global.flex import FLEX_MIN_D_HEAD, flex_available
 from spanviz.model import GPTConfig
@@ -222,7 +223,7 @@ def ls_sweep(
     Returns:
         dict with
         ``size``, ``seeds``, ``variants`` {name: {"model": dict, "train": dict}}, ``data`` (description);
-        ``rows``: :func:`spanviz.experiments.core.compare_groups` rows, one per (metric, variant) for
+        ``rows``: :func:`spanviz.experiments.stats.compare_groups` rows, one per (metric, variant) for
         ``best_val_loss`` and :data:`GROWTH_METRICS` (mean, std, min, max over seeds; paired difference vs
         MHSA with 95 % CI, t, df, p, Holm p across the sweep's 10 comparisons, Welch check, verdict);
         ``per_seed``: one row per run — variant, seed, status, best_val_loss, the run metrics,
@@ -241,7 +242,7 @@ def ls_sweep(
     local_global.LogitProbe(every=every)  # validate before loading data or training
     executor = make_executor(executor)  # e.g. Ray missing: say so before loading data
     if data is None:
-        data = data_lib.load_tokens(data_dir, **SIZES[size]["tokenizer"])
+        data = load_tokens(data_dir, **SIZES[size]["tokenizer"])
     variants = ls_variants(size, data.vocab_size, steps=steps, model=model, train=train, n_local=n_local,
                            window=window)  # fmt: skip
 

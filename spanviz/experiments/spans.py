@@ -21,7 +21,7 @@ validation split and evaluation the test split — the run records say so, and t
 then measured on the test split. Every row reports mean ± std of the best validation loss over seeds and,
 against that group's standard run, the paired difference (same seed) with its 95 % confidence interval,
 paired t, df and p, Welch's test as a check, the Holm-adjusted p over the sweep's distinct comparisons, and
-the verdict "significant at 5 % after Holm: ..." or "within noise" (:func:`spanviz.experiments.core.compare_groups`).
+the verdict "significant at 5 % after Holm: ..." or "within noise" (:func:`spanviz.experiments.stats.compare_groups`).
 
 A note on [1111] with ``kv8``: every α = 1 makes the hook return dS untouched, so [1111] vs standard measures
 the explicit attention path against the fused one (float rounding), not the hooks' arithmetic.
@@ -35,9 +35,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from spanviz import data as data_lib
-from spanviz.experiments.core import (check_train_overrides, compare_groups, describe_comparison, per_seed_table,
-                                      run_grid, seed_list)
+from spanviz.data.tokens import load_tokens
+from spanviz.experiments.core import check_train_overrides, run_grid, seed_list
+from spanviz.experiments.results import per_seed_table
+from spanviz.experiments.stats import compare_groups, describe_comparison
 from spanviz.experiments.executors import Executor, make_executor
 from spanviz.model import GPTConfig
 from spanviz.spans import SpanConfig
@@ -192,13 +193,13 @@ def spans_sweep(
     Returns:
         ``{"rows", "per_seed", "comparisons", "verdict", "settings", "data"}``.
         ``rows``: one per (comparison, variant): group, n_head, d_head, n_layer, d_model and the
-        :func:`~spanviz.experiments.core.compare_groups` columns (variant, metric = best_val_loss, n, mean, std,
+        :func:`~spanviz.experiments.stats.compare_groups` columns (variant, metric = best_val_loss, n, mean, std,
         paired diff, ci_low, ci_high, rel_change_pct, t, df, p, p_holm, welch_*, verdict), Holm-corrected
         across the sweep's distinct comparisons (the head sweep's main head count reuses the alphas runs and
         counts once). ``per_seed``: one row per run (variant, seed, status, n_head, d_head, n_layer, d_model,
         best_val_loss, final_val_loss) — with ``comparisons`` (the specs passed to ``compare_groups``) it
         reproduces every row. ``verdict``: one sentence on [1000] and [1111] vs standard (alphas group).
-        Write it all with :func:`spanviz.experiments.core.save_sweep`.
+        Write it all with :func:`spanviz.experiments.results.save_sweep`.
     Raises:
         ValueError: bad arguments, before any training.
     Source: the paper's protocol as known; sizes and hyper-parameters are spanviz's.
@@ -209,7 +210,7 @@ def spans_sweep(
                    model=model, train=train, device=device)  # fmt: skip
     executor = make_executor(executor)  # e.g. Ray missing: say so before loading data
     if data is None:
-        data = data_lib.load_tokens(data_dir, max_vocab=max_vocab)
+        data = load_tokens(data_dir, max_vocab=max_vocab)
     variants, comparisons = build_variants(
         size, vocab_size=data.vocab_size, steps=steps, groups=groups, head_counts=head_counts, model=model,
         train=train, device=device,

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from spanviz import data as data_lib
+from spanviz.data.batches import get_batch, iter_eval_batches
 from spanviz.memory import keep_freed_memory
 from spanviz.model import GPTConfig, TinyGPT
 from spanviz.contexts import eval_mode
@@ -84,7 +84,7 @@ class Trainer:
         model_cfg: the architecture (its ``context_length`` T is the training sequence length).
         train_cfg: optimizer, schedule, evaluation, device, seed.
         data: a :class:`spanviz.data.TokenData` (or anything with ``train_ids``, ``eval_ids`` — 1-D integer
-            tensors —, ``vocab_size`` and ``describe()``). Batches come from :func:`spanviz.data.get_batch`.
+            tensors —, ``vocab_size`` and ``describe()``). Batches come from :func:`spanviz.data.batches.get_batch`.
         probes: :class:`Probe` objects, run every ``probe.every`` updates.
         callbacks: ``cb(trainer, row)`` called after every update (also the diverged one), after probes and
             checkpoints; may call ``trainer.request_stop()``. Exceptions propagate.
@@ -135,9 +135,9 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(groups, lr=lr_at(0, train_cfg), betas=(train_cfg.beta1, train_cfg.beta2))
 
         B, T = train_cfg.batch_size, model_cfg.context_length
-        spaced = data_lib.iter_eval_batches(data.eval_ids, B, T, n_batches=train_cfg.eval_iters, device=self.device)
+        spaced = iter_eval_batches(data.eval_ids, B, T, n_batches=train_cfg.eval_iters, device=self.device)
         self.eval_batches = list(spaced)
-        self.probe_batch = next(data_lib.iter_eval_batches(data.eval_ids, B, T, device=self.device))
+        self.probe_batch = next(iter_eval_batches(data.eval_ids, B, T, device=self.device))
 
         self.step_count = 0
         self.history: dict[str, list[Any]] = {key: [] for key in CORE_KEYS}
@@ -156,7 +156,7 @@ class Trainer:
         lr = lr_at(s, cfg)
         start = time.perf_counter()
         with self._rng.active():
-            x, y = data_lib.get_batch(self.data.train_ids, B, T, self._batch_gen, self.device)  # (B, T), (B, T)
+            x, y = get_batch(self.data.train_ids, B, T, self._batch_gen, self.device)  # (B, T), (B, T)
             train_loss, grad_norm = update(self.model, self.optimizer, x, y, lr, cfg.grad_clip, self._autocast())
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
