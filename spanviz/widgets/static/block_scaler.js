@@ -1,7 +1,7 @@
 // spanviz's α rescaling in the page (anywidget module of spanviz/widgets/block_scaler.py).
 //
 // An α slider only rescales cached blocks, so the page does it itself: this module listens to the α sliders'
-// models and writes the rescaled traces into the blocks figure's model (spanviz/figure_widget.py: the traits
+// models and writes the rescaled traces into the blocks figure's model (spanviz/widgets/figure_widget.py: the traits
 // `_data` and `_layout` hold the whole figure, its views redraw on `change:_revision`), without waiting for the
 // kernel. The rule is the kernel's (spanviz.plots.spans.span_block_shown and span_block_title): heatmap i shows
 // α_order·z_i, or at α = 0 the unscaled z_i at opacity `_dim`; the coloured bars are rel_i·|α_order|; each block's

@@ -1,7 +1,7 @@
 // spanviz's figure widget, stage two (loader.js imports it from the model's `_module` once per page): one plotly.js
 // figure drawn from the model's *state*.
 //
-// The Python side (spanviz/figure_widget.py) keeps the whole figure in two synced traits, `_data` (a list of
+// The Python side (spanviz/widgets/figure_widget.py) keeps the whole figure in two synced traits, `_data` (a list of
 // trace objects; numpy arrays arrive as binary buffers {dtype, shape, buffer}) and `_layout`. A view draws
 // whatever the model holds when plotly.js is ready and redraws with Plotly.react on every change of `_revision`
 // (sent with the data), so an update that arrives before the view exists is never lost: the view draws the
