@@ -184,13 +184,17 @@ def test_spans_head_and_preset_pickers(spans_panel):
     assert not np.allclose(angles.data[0]["y"], angles0)
     said: list[str] = []
     spans_panel.busy.observe(lambda change: said.append(change["new"]), names="value")
+    angles_revision = angles.revision
     spans_panel.controls["preset"].value = "qk4"
     assert len(blocks.data) == 4 + 2  # rebuilt: 4 blocks (orders 0, 1, 1, 2) + 2 bar traces
+    assert angles.revision == angles_revision  # the angles depend on layer and head only: not redrawn
     assert "computing the blocks…" in said[0] and said[-1] == ""  # shown while it computed, then cleared
     assert spans_panel.views["blocks"].widget is blocks  # the same widget shows the new figure
     spans_panel.controls["preset"].value = "kv8"
     spans_panel.controls["head"].value = 0
     assert len(blocks.data) == 10
+    np.testing.assert_array_equal(angles.data[0]["y"], angles0)  # head 0's angles again
+    assert angles.revision > angles_revision
 
 
 # -------------------------------------------------------------------------------- local/global, FP8 views

@@ -169,6 +169,7 @@ class SpansPanel(Panel):
                 "toy": plots.span_toy_figure(self.toy, self.alphas[:2]),
                 "angles": plots.subspace_angles_figure(self._angles()),
             }
+            self._angles_shown = self._key()[1:]  # (layer, head) of the angles view
         self.views["blocks"] = FigureView(go.Figure(*blocks_state), static=self.static, name="blocks")
         self.views.update({name: FigureView(fig, static=self.static, name=name) for name, fig in figures.items()})
         self.scaler: BlockScaler | None = None
@@ -249,16 +250,19 @@ class SpansPanel(Panel):
             self.views["toy"].update(span_toy_data(self.toy, self.alphas[:2]))
 
     def update_head(self) -> None:
-        """Recompute the blocks for the picked preset/layer/head and redraw (saying "computing…" meanwhile).
-        Blocks are cached per (preset, layer), heatmaps per head and figures per block structure, so a preset,
-        layer or head seen before costs no tensor work and no figure construction."""
+        """Recompute the blocks for the picked preset/layer/head and redraw (saying "computing…" meanwhile); the
+        angles view only when the layer or head changed. Blocks are cached per (preset, layer), heatmaps per head
+        and figures per block structure, so a preset, layer or head seen before costs no tensor work and no figure
+        construction."""
         with computing(self.busy, "the blocks"), analytic_threads():
             self._load_head()
             self.views["blocks"].show(*self._blocks_state())
             if self.scaler is not None:
                 self.scaler.set_cells(self._cells[self._key()], self.views["blocks"].layout)
-            self.views["angles"].update(subspace_angles_data(self._angles()))
-            self.angles_caption.value = self._angles_caption()
+            if self._angles_shown != self._key()[1:]:  # angles depend on layer and head, not on the preset
+                self._angles_shown = self._key()[1:]
+                self.views["angles"].update(subspace_angles_data(self._angles()))
+                self.angles_caption.value = self._angles_caption()
             if self.training.runner.histories:
                 self.training.refresh()  # the energy-by-order view follows the picked layer
 
