@@ -215,3 +215,15 @@ def test_quick_growth_times_standard_kv8_and_qk4_at_t512_four_rounds(monkeypatch
     assert seen == [512] and rounds == [(4, 1, ("standard_fused", "kv8_1000", "qk4_1000"))]
     assert set(res["p1"]) == {512} and set(res["meets_targets"]) == {"kv8_over_fused_T512"}
     assert set(res["T"][512]["ratios"]) == {"kv8_over_fused", "qk4_over_fused"}
+    assert res["T"][512]["rounds"] == 4
+
+
+def test_full_growth_times_more_rounds_where_a_step_is_cheap(monkeypatch):
+    """A T 128 step is a tenth of a T 1024 one: 16 rounds there cost what 4 cost at T 512 (even everywhere)."""
+    from spanviz.bench import spans as bench_spans_module
+
+    monkeypatch.setattr(bench_spans_module, "_steps", lambda base, *a: {
+        n: (lambda: None) for n in ("standard_fused", "standard_explicit", "kv8_1000", "qk4_1000")})
+    res = bench_growth(rss=False)
+    assert {T: row["rounds"] for T, row in res["T"].items()} == {128: 16, 256: 8, 512: 4, 1024: 4}
+    assert "rounds" not in res["timing"] and res["timing"]["clock"]

@@ -161,6 +161,10 @@ GROWTH_T_QUICK = (512,)
 GROWTH_QUICK_VARIANTS = ("standard_fused", "kv8_1000", "qk4_1000")
 """``spanviz bench --quick`` leaves the explicit path out of the growth section (its T 512 step is the dearest, 1.5×
 the fused one; explicit / standard is in the ``spans`` section at T 128 and in the full growth table)."""
+GROWTH_ROUNDS = {128: 16, 256: 8, 512: 4, 1024: 4}
+"""Timed rounds per T (even, see :func:`spanviz.bench.core.measure`): about the same CPU time at every T. A T 128 step
+is ~0.37 s and differs between the variants by a few percent, so 4 rounds there moved the ratios by ±15 % from one
+run to the next on a shared 2-core machine (0.95 and 1.21 for kv8 / standard); 16 rounds cost what 4 cost at T 512."""
 GROWTH_TARGETS = {512: 1.3, 1024: 1.5}
 """P1: kv8 [1000] train step / standard (fused) step at T 512 and 1024 (d_model 128, 4 heads, batch 16)."""
 
@@ -198,24 +202,27 @@ def bench_growth(quick: bool = False, contexts: Sequence[int] | None = None, rep
         quick: T 512 only (P1 there; T 128 is the ``spans`` section's notebook config), without the explicit
             path (:data:`GROWTH_QUICK_VARIANTS`), no peak RSS.
         contexts: the T to measure (default :data:`GROWTH_T`; quick :data:`GROWTH_T_QUICK`). repeats: timed rounds
-        per T after 1 warm-up round (default 4, even: :func:`spanviz.bench.core.measure`). seed: weights and batch. rss: measure peak RSS (default: unless
-        quick).
+            per T after 1 warm-up round (default :data:`GROWTH_ROUNDS`, 4 for another T; use an even number:
+            :func:`spanviz.bench.core.measure`). seed: weights and batch. rss: measure peak RSS (default: unless
+            quick).
     Returns:
-        ``{"config", "timing", "T": {T: {"step_ms": {variant: {...}}, "ratios": {...}, "ratio_detail": {...},
-        "peak_rss_mb": {variant: MB}}}, "p1": {T: kv8 / standard}, "targets", "meets_targets"}``.
+        ``{"config", "timing" (clock, order), "T": {T: {"step_ms": {variant: {...}}, "ratios": {...},
+        "ratio_detail": {...}, "rounds": timed rounds, "peak_rss_mb": {variant: MB}}}, "p1": {T: kv8 / standard},
+        "targets", "meets_targets"}``.
     """
     contexts = list(contexts or (GROWTH_T_QUICK if quick else GROWTH_T))
-    repeats = repeats or 4  # even: see bench.core.measure
     rss = not quick if rss is None else rss
     out: dict[str, Any] = {"config": {**GROWTH_BASE, "batch_size": GROWTH_BATCH}, "T": {}}
     for T in contexts:
         steps = _steps({**GROWTH_BASE, "context_length": T}, GROWTH_BATCH, torch.device("cpu"), seed)
         if quick:
             steps = {name: steps[name] for name in GROWTH_QUICK_VARIANTS}
-        t = measure(steps, repeats, warmup=1)
+        t = measure(steps, repeats or GROWTH_ROUNDS.get(T, 4), warmup=1)
         detail = {name: t.ratio(a, b) for name, (a, b) in RATIOS.items() if a in steps and b in steps}
-        out["T"][T] = {"step_ms": t.ms(), "ratios": {n: r["median"] for n, r in detail.items()}, "ratio_detail": detail}
-        out["timing"] = t.describe()
+        timing = t.describe()
+        out["T"][T] = {"step_ms": t.ms(), "ratios": {n: r["median"] for n, r in detail.items()}, "ratio_detail": detail,
+                       "rounds": timing.pop("rounds")}
+        out["timing"] = timing
         del steps
     for variant in _variants({**GROWTH_BASE, "context_length": max(contexts)}) if rss else ():
         for T, mb in peak_rss(variant, contexts).items():
