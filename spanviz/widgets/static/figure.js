@@ -16,9 +16,12 @@
 // What a student sees besides the figure (figure.css styles it):
 // - one line inside the box while plotly.js loads, and an error line when plotly.js or a redraw fails (the
 //   console has the details); loader.js does the same when this module fails to load or to render;
-// - a busy state (`aria-busy="true"` on the view, the plot dimmed, "updating…") from the moment a control of
-//   the same panel is moved until the kernel's redraw is drawn (or the kernel says the input is handled:
-//   a "spanviz-settled" message), so a redraw queued behind training never looks like a dead control.
+// - a busy state from the moment a control of the same panel is moved until the kernel's redraw is drawn (or the
+//   kernel says the input is handled: a "spanviz-settled" message), so a redraw queued behind training never looks
+//   like a dead control: `aria-busy="true"` on the view at once, and the plot dimmed with "updating…" once the
+//   redraw has taken BUSY_SHOWN_AFTER_MS. A quick redraw never dims: no flicker, and no frame spent painting a
+//   dimmed plot and its animation (in JupyterLab such a frame took 20–35 ms of the page's one main thread, and
+//   the kernel's answer waited behind it).
 //
 // Back-pressure: every view tells its kernel which revision the page has taken in (a "spanviz-seen" message, when
 // the revision arrives, drawn or not: a hidden figure is not drawn). A kernel that streams training updates sends
@@ -178,8 +181,10 @@ function watchInputs() {
   }, true);
 }
 
+const BUSY_SHOWN_AFTER_MS = 150; // a redraw quicker than this is not worth a dimmed plot (figure.css)
 const BUSY_GIVE_UP_MS = 60000; // no answer at all: stop claiming a redraw is coming
 const BUSY_SLOW_MS = 10000;
+const BUSY_SHOWN = "spanviz-busy-shown";
 
 function busyState(el) {
   const badge = document.createElement("div");
@@ -193,10 +198,12 @@ function busyState(el) {
     if (busy) {
       el.setAttribute("aria-busy", "true");
       badge.textContent = "updating…";
-      timers = [setTimeout(() => { badge.textContent = "still updating… (a busy machine)"; }, BUSY_SLOW_MS),
+      timers = [setTimeout(() => el.classList.add(BUSY_SHOWN), BUSY_SHOWN_AFTER_MS),
+                setTimeout(() => { badge.textContent = "still updating… (a busy machine)"; }, BUSY_SLOW_MS),
                 setTimeout(() => set(false), BUSY_GIVE_UP_MS)];
     } else {
       el.removeAttribute("aria-busy");
+      el.classList.remove(BUSY_SHOWN);
     }
   };
   el.addEventListener(BUSY, () => set(true));
