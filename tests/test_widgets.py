@@ -190,9 +190,11 @@ def test_spans_head_and_preset_pickers(spans_panel):
     assert angles.revision == angles_revision  # the angles depend on layer and head only: not redrawn
     assert "computing the blocks…" in said[0] and said[-1] == ""  # shown while it computed, then cleared
     assert spans_panel.views["blocks"].widget is blocks  # the same widget shows the new figure
+    said.clear()
     spans_panel.controls["preset"].value = "kv8"
     spans_panel.controls["head"].value = 0
     assert len(blocks.data) == 10
+    assert said == []  # kv8 head 0 is cached: nothing to compute, nothing said (no flash of "computing…")
     np.testing.assert_array_equal(angles.data[0]["y"], angles0)  # head 0's angles again
     assert angles.revision > angles_revision
 
