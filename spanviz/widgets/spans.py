@@ -252,9 +252,9 @@ class SpansPanel(Panel):
 
     def update_head(self) -> None:
         """Recompute the blocks for the picked preset/layer/head and redraw (saying "computing…" meanwhile, when not
-        cached); the angles view only when the layer or head changed. Blocks are cached per (preset, layer), heatmaps per head
-        and figures per block structure, so a preset, layer or head seen before costs no tensor work and no figure
-        construction."""
+        cached); the angles view only when the layer or head changed. Blocks are cached per (preset, layer),
+        heatmaps per head and figures per block structure, so a preset, layer or head seen before costs no tensor
+        work and no figure construction."""
         # "computing…" only where there is tensor work ahead: for a head seen before, its message and the frame the
         # page spends drawing it would only delay the figure (by 15–30 ms in JupyterLab on 2 cores)
         cached = self._key() in self._cells
