@@ -223,36 +223,54 @@ function sameBytes(cached, view) {
 }
 
 function decoder() {
-  // {dtype, shape, buffer: DataView} → a typed array (1-D) or an array of typed-array rows (2-D). An array whose
-  // bytes did not change since the last state keeps its decoded object: Plotly.react then recomputes only the
-  // traces whose data changed (one α moves a few heatmaps of ten), which is what keeps a redraw cheap.
+  // The model's state → what Plotly.react takes: {dtype, shape, buffer: DataView} becomes a typed array (1-D) or an
+  // array of typed-array rows (2-D). Whatever did not change since the last state keeps the object it was decoded
+  // to last time: an array whose bytes are the same, a value equal to the last one at the same place, and any list
+  // or object whose parts all kept theirs (checked bottom-up against the last *state*, not against the decoded
+  // objects, which plotly.js writes its defaults into). Plotly.react compares data arrays — and layout objects it
+  // filled in — by reference: a new object with the same content counts as new data, or as a changed axis type, and
+  // makes plotly.js recompute and redraw the whole figure. With the old objects kept, only the traces whose data
+  // changed are recomputed, and a change of layout values alone (the spans blocks when an α slider moves: colour
+  // ranges, rectangles, titles) is redrawn without a full replot: ~15 ms instead of ~60 ms in JupyterLab.
   let cache = new Map();
   return (state) => {
     const next = new Map();
-    const decode = (value, path) => {
-      if (Array.isArray(value)) return value.map((v, i) => decode(v, `${path}/${i}`));
-      if (value === null || typeof value !== "object") return value;
-      if (value.buffer instanceof DataView && ARRAYS[value.dtype]) {
+    const decode = (value, path) => { // → [decoded, unchanged since the last state]
+      const old = cache.get(path);
+      let entry;
+      let same = false;
+      if (value === null || typeof value !== "object") {
+        same = old !== undefined && old.leaf && Object.is(old.value, value);
+        entry = same ? old : { leaf: true, value, decoded: value };
+      } else if (value.buffer instanceof DataView && ARRAYS[value.dtype]) {
         const b = value.buffer;
-        const key = `${path}:${value.dtype}:${value.shape}`;
-        const hit = cache.get(key);
-        if (hit && sameBytes(hit.bytes, b)) {
-          next.set(key, hit);
-          return hit.decoded;
+        const kind = `${value.dtype}:${value.shape}`;
+        same = old !== undefined && old.kind === kind && sameBytes(old.bytes, b);
+        if (!same) {
+          const bytes = new Uint8Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength));
+          const flat = new ARRAYS[value.dtype](bytes.buffer);
+          const cols = value.shape[value.shape.length - 1];
+          const decoded = value.shape.length < 2 ? flat
+            : Array.from({ length: flat.length / cols }, (_, i) => flat.subarray(i * cols, (i + 1) * cols));
+          entry = { kind, bytes, decoded };
         }
-        const bytes = new Uint8Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength));
-        const flat = new ARRAYS[value.dtype](bytes.buffer);
-        const cols = value.shape[value.shape.length - 1];
-        const decoded = value.shape.length < 2 ? flat
-          : Array.from({ length: flat.length / cols }, (_, i) => flat.subarray(i * cols, (i + 1) * cols));
-        next.set(key, { bytes, decoded });
-        return decoded;
+      } else {
+        const keys = Object.keys(value);
+        const shape = `${Array.isArray(value)}:${(Array.isArray(value) ? keys : keys.slice().sort()).join("\u0000")}`;
+        const decoded = Array.isArray(value) ? [] : {};
+        same = old !== undefined && old.shape === shape;
+        for (const k of keys) {
+          const [part, kept] = decode(value[k], `${path}/${k}`);
+          decoded[k] = part;
+          same = same && kept;
+        }
+        if (!same) entry = { shape, decoded };
       }
-      const out = {};
-      for (const [k, v] of Object.entries(value)) out[k] = decode(v, `${path}/${k}`);
-      return out;
+      const kept = same ? old : entry;
+      next.set(path, kept);
+      return [kept.decoded, same];
     };
-    const decoded = decode(state, "");
+    const [decoded] = decode(state, "");
     cache = next;
     return decoded;
   };
