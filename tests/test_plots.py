@@ -11,7 +11,7 @@ from spanviz.plots.common import layer_series, series
 from spanviz.plots.curves import seed_band
 from spanviz.plots.fp8 import STRATEGY_COLORS, bound_color
 from spanviz.plots.local_global import head_masks_data
-from spanviz.plots.spans import DIM_OPACITY, span_blocks_data
+from spanviz.plots.span_blocks import DIM_OPACITY, span_blocks_data
 from spanviz.spans.demos import span_toy
 
 H1 = {"step": [0, 1, 2, 3], "train_loss": [5.0, 4.0, 3.0, 2.0], "val_loss": [None, 4.5, None, 3.0]}
@@ -75,33 +75,53 @@ def _blocks(rng, orders=(0, 1, 1, 1, 2, 2, 2, 3), T=6):
     return [{"name": f"S{i + 1}", "order": o, "block": rng.normal(size=(T, T))} for i, o in enumerate(orders)]
 
 
-def test_span_blocks_figure_grid_scaling_and_norms():
+def _shown(fig, trace) -> np.ndarray:
+    """What a heatmap shows, read as a person reads it: the value on the colour bar (``layout.coloraxis``) of the
+    colour each cell is drawn in (the cell's place in its own colour axis' range, reversed where that axis is)."""
+    own, bar = fig.layout[trace.coloraxis], fig.layout.coloraxis
+    at = (np.asarray(trace.z, dtype=float) - own.cmin) / (own.cmax - own.cmin)  # 0..1 along the colour scale
+    if own.reversescale:
+        at = 1 - at
+    return bar.cmin + at * (bar.cmax - bar.cmin)
+
+
+@pytest.mark.parametrize("alphas", [(1.0, 0.5, 0.0, 2.0), (0.25, -1.0, 1.0, 0.0)])
+def test_span_blocks_figure_grid_scaling_and_norms(alphas):
     rng = np.random.default_rng(0)
     blocks = _blocks(rng)
-    alphas = (1.0, 0.5, 0.0, 2.0)
     fig = plots.span_blocks_figure(blocks, alphas)
-    assert len(fig.data) == 8 + 2
+    assert [t.type for t in fig.data] == ["heatmap"] * 8 + ["scatter"]  # the last one carries the colour bar
     heat = fig.data[:8]
     for b, trace in zip(blocks, heat):
         a = alphas[b["order"]]
+        np.testing.assert_allclose(trace.z, b["block"], rtol=1e-6)  # a heatmap holds the block; hover says so
+        assert f"before ×α{b['order']}" in trace.hovertemplate
         if a == 0:  # removed from the gradient: the unscaled pattern, faded — not a blank square
-            np.testing.assert_allclose(trace.z, b["block"], rtol=1e-6)
+            np.testing.assert_allclose(_shown(fig, trace), b["block"], rtol=1e-5, atol=1e-9)
             assert trace.opacity == DIM_OPACITY < 1
-        else:
-            np.testing.assert_allclose(trace.z, a * b["block"], rtol=1e-6)
+        else:  # drawn in the colours of α·block on the colour bar (reversed colours for a negative α)
+            np.testing.assert_allclose(_shown(fig, trace), a * b["block"], rtol=1e-5, atol=1e-9)
             assert trace.opacity == 1
+    assert fig.layout.coloraxis.colorbar.title.text == "α·entry"
     # one row per order: S1 alone in row 1, S8 alone in the last row; S2..S4 share a row (same y offset) side by
     # side (different x offsets), all on one pair of axes; each block titled above it with its α
     top = {t.name: t.y[0] for t in heat}
     assert top["S2"] == top["S3"] == top["S4"] != top["S1"] and len(set(top.values())) == 4
     assert len({t.x[0] for t in heat[1:4]}) == 3 and {t.xaxis for t in heat} == {None}  # the default axes
     titles = {a.text: (a.x, a.y) for a in fig.layout.annotations}
-    assert titles["S3 (order 1) ×0.5"][1] < top["S3"] < titles["S5 (order 2) ×0"][1]  # y is reversed: above
-    assert {t.xaxis for t in fig.data[8:]} == {"x2"}
+    assert titles[f"S3 (order 1) ×{alphas[1]:g}"][1] < top["S3"] < titles[f"S5 (order 2) ×{alphas[2]:g}"][1]
+    # the norms: a gray bar ‖block‖/‖dS‖ and a coloured bar ‖α·block‖/‖dS‖ per block, side by side at its tick
     ds = np.linalg.norm(sum(b["block"] for b in blocks))
-    rel = [np.linalg.norm(b["block"]) / ds for b in blocks]
-    np.testing.assert_allclose(fig.data[8].y, rel)
-    np.testing.assert_allclose(fig.data[9].y, np.array(rel) * [abs(alphas[b["order"]]) for b in blocks])
+    rel = np.array([np.linalg.norm(b["block"]) / ds for b in blocks])
+    scaled = rel * [abs(alphas[b["order"]]) for b in blocks]
+    gray, coloured = fig.layout.shapes[:8], fig.layout.shapes[8:]
+    assert len(fig.layout.shapes) == 16 and {(s.xref, s.yref) for s in fig.layout.shapes} == {("x2", "y2")}
+    np.testing.assert_allclose([s.y1 for s in gray], rel)
+    np.testing.assert_allclose([s.y1 for s in coloured], scaled)
+    assert all(s.y0 == 0 and s.x1 == i == c.x0 < c.x1 for i, (s, c) in enumerate(zip(gray, coloured)))
+    assert list(fig.layout.xaxis2.ticktext) == [b["name"] for b in blocks]
+    assert fig.layout.yaxis2.range[1] == pytest.approx(1.05 * max(rel.max(), scaled.max()))  # every bar fits
+    assert {s.name for s in fig.layout.shapes if s.showlegend} == {"‖block‖/‖dS‖", "‖α·block‖/‖dS‖"}
     # colour scale fixed by the unscaled blocks, at the 99th percentile of |entries| (a few huge ones saturate)
     entries = np.abs(np.concatenate([b["block"].ravel() for b in blocks]))
     assert fig.layout.coloraxis.cmax == pytest.approx(np.percentile(entries, 99)) == -fig.layout.coloraxis.cmin
@@ -110,14 +130,14 @@ def test_span_blocks_figure_grid_scaling_and_norms():
 def test_span_blocks_large_context_shows_cell_means_and_exact_norms():
     rng = np.random.default_rng(1)
     blocks = _blocks(rng, T=128)
-    traces = span_blocks_data(blocks, (1.0, 0.5, 0.0, 0.0))
-    heat, bars = traces[:8], traces[-1]
-    assert heat[0]["z"].shape == (64, 64)
-    np.testing.assert_allclose(heat[1]["z"][0, 0], 0.5 * blocks[1]["block"][:2, :2].mean(), rtol=1e-6)
-    np.testing.assert_array_equal(heat[0]["x"][:2], [0, 2])
+    fig = plots.span_blocks_figure(blocks, (1.0, 0.5, 0.0, 0.0))
+    heat = fig.data[:8]
+    assert heat[0].z.shape == (64, 64)
+    np.testing.assert_allclose(_shown(fig, heat[1])[0, 0], 0.5 * blocks[1]["block"][:2, :2].mean(), rtol=1e-5)
+    np.testing.assert_array_equal(heat[0].x[:2], [0, 2])
     total = np.linalg.norm(sum(b["block"] for b in blocks))
-    np.testing.assert_allclose(bars["y"][1], 0.5 * np.linalg.norm(blocks[1]["block"]) / total)  # from every entry
-    assert "mean of 2×2 entries" in plots.span_blocks_figure(blocks).layout.title.text
+    np.testing.assert_allclose(fig.layout.shapes[8 + 1].y1, 0.5 * np.linalg.norm(blocks[1]["block"]) / total)
+    assert "mean of 2×2 entries" in fig.layout.title.text
 
 
 def test_span_blocks_qk4_has_three_rows_and_data_matches_figure():
@@ -127,6 +147,8 @@ def test_span_blocks_qk4_has_three_rows_and_data_matches_figure():
     data = span_blocks_data(blocks)
     assert [d["type"] for d in data] == [t.type for t in fig.data]
     assert len({(t.x[0], t.y[0]) for t in fig.data[:4]}) == 4  # every heatmap has its own place
+    assert {t.coloraxis for t in fig.data[:4]} == {"coloraxis2", "coloraxis3", "coloraxis4"}  # one per order
+    assert "coloraxis5" not in fig.layout.to_plotly_json()
     np.testing.assert_allclose(fig.data[2].z, blocks[2]["block"], rtol=1e-6)
 
 

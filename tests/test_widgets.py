@@ -19,7 +19,8 @@ from spanviz.model import GPTConfig
 from spanviz.runner import Job, Runner, append_rows
 from spanviz.train import TrainConfig
 from spanviz.plots.common import series
-from spanviz.plots.spans import DIM_OPACITY, subspace_angles_data
+from spanviz.plots.span_blocks import DIM_OPACITY
+from spanviz.plots.spans import subspace_angles_data
 from spanviz.widgets.figures import use_static
 from spanviz.widgets.local_global import MASK_ZOOM
 from spanviz.widgets.specs import default_data
@@ -159,15 +160,26 @@ def test_spans_blocks_sum_to_captured_dS(spans_panel):
 def test_spans_alpha_slider_changes_figure_data(spans_panel):
     blocks, toy = spans_panel.views["blocks"].widget, spans_panel.views["toy"].widget
     assert np.abs(blocks.data[0]["z"]).max() > 0
-    bars_before = np.array(blocks.data[9]["y"])
+    n = sum(t["type"] == "heatmap" for t in blocks.data)
+    layout = blocks.figure_layout
+    bars_before = [s["y1"] for s in layout["shapes"][n:]]
     z_before = np.array(blocks.data[0]["z"])
-    spans_panel.controls["alpha0"].value = 0.0
-    # S1 (order 0) removed: drawn faded with its unscaled pattern, its scaled norm 0
+    zmax = layout["coloraxis"]["cmax"]
+    spans_panel.controls["alpha0"].value = 0.5
+    layout = blocks.figure_layout
+    # S1 (order 0) at α 0.5: its cells unchanged, drawn on a colour range twice as wide (the colours of 0.5·S1 on
+    # the colour bar), its scaled norm bar halved
     np.testing.assert_array_equal(blocks.data[0]["z"], z_before)
-    assert blocks.data[0]["opacity"] == DIM_OPACITY
+    assert blocks.data[0]["coloraxis"] == "coloraxis2" and layout["coloraxis2"]["cmax"] == pytest.approx(2 * zmax)
+    assert layout["shapes"][n]["y1"] == pytest.approx(0.5 * bars_before[0])
+    spans_panel.controls["alpha0"].value = 0.0
+    layout = blocks.figure_layout
+    # S1 removed: drawn faded with its unscaled pattern, its scaled norm 0
+    np.testing.assert_array_equal(blocks.data[0]["z"], z_before)
+    assert blocks.data[0]["opacity"] == DIM_OPACITY and layout["coloraxis2"]["cmax"] == zmax
     assert blocks.data[1]["opacity"] == (DIM_OPACITY if spans_panel.alphas[1] == 0 else 1)
-    assert blocks.data[9]["y"][0] == 0.0 and np.array_equal(blocks.data[9]["y"][1:], bars_before[1:])
-    titles = [a["text"] for a in blocks.figure_layout["annotations"]]
+    assert [s["y1"] for s in layout["shapes"][n:]] == [0.0, *bars_before[1:]]
+    titles = [a["text"] for a in layout["annotations"]]
     alpha1 = spans_panel.controls["alpha1"].value
     assert "S1 (order 0) ×0" in titles and f"S2 (order 1) ×{alpha1:g}" in titles  # each block says its α
     tip = toy.data[6]
@@ -186,14 +198,15 @@ def test_spans_head_and_preset_pickers(spans_panel):
     spans_panel.busy.observe(lambda change: said.append(change["new"]), names="value")
     angles_revision = angles.revision
     spans_panel.controls["preset"].value = "qk4"
-    assert len(blocks.data) == 4 + 2  # rebuilt: 4 blocks (orders 0, 1, 1, 2) + 2 bar traces
+    assert len(blocks.data) == 4 + 1  # rebuilt: 4 blocks (orders 0, 1, 1, 2) + the colour bar's trace
+    assert len(blocks.figure_layout["shapes"]) == 2 * 4  # and their norm bars
     assert angles.revision == angles_revision  # the angles depend on layer and head only: not redrawn
     assert "computing the blocks…" in said[0] and said[-1] == ""  # shown while it computed, then cleared
     assert spans_panel.views["blocks"].widget is blocks  # the same widget shows the new figure
     said.clear()
     spans_panel.controls["preset"].value = "kv8"
     spans_panel.controls["head"].value = 0
-    assert len(blocks.data) == 10
+    assert len(blocks.data) == 9
     assert said == []  # kv8 head 0 is cached: nothing to compute, nothing said (no flash of "computing…")
     np.testing.assert_array_equal(angles.data[0]["y"], angles0)  # head 0's angles again
     assert angles.revision > angles_revision

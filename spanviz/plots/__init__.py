@@ -2,10 +2,11 @@
 this package imports only numpy and plotly.
 
 One file per technique: :mod:`.curves` (loss curves with seed bands, relative change against a baseline),
-:mod:`.spans`, :mod:`.local_global`, :mod:`.fp8`; :mod:`.common` holds the history contracts and helpers. Each
-has the figures and the functions that turn run histories into their series (``*_series``). This face exports the
-figures (``*_figure``) and what the notebooks name; every other function is imported from its file, e.g.
-``from spanviz.plots.spans import span_blocks_data``.
+:mod:`.spans` (its score-gradient blocks in :mod:`.span_blocks`), :mod:`.local_global`, :mod:`.fp8`;
+:mod:`.common` holds the history contracts and helpers. Each has the figures and the functions that turn run
+histories into their series (``*_series``). This face exports the figures (``*_figure``) and what the notebooks
+name; every other function is imported from its file, e.g.
+``from spanviz.plots.span_blocks import span_blocks_data``.
 
 Every figure comes in two parts so the same code serves static figures and live widgets:
 
@@ -29,7 +30,8 @@ Input contracts (numpy arrays or anything ``np.asarray`` accepts; torch tensors 
 from spanviz.plots.curves import loss_curves_figure, relative_change_figure, seed_peaks, seed_peaks_data
 from spanviz.plots.fp8 import bound_vs_rank_figure, fp8_panel_figure
 from spanviz.plots.local_global import attention_heads_data, attention_heads_figure, head_masks_figure, max_logit_figure
-from spanviz.plots.spans import energy_by_order_figure, span_blocks_figure, span_toy_figure, subspace_angles_figure
+from spanviz.plots.span_blocks import span_blocks_figure
+from spanviz.plots.spans import energy_by_order_figure, span_toy_figure, subspace_angles_figure
 
 __all__ = [
     "attention_heads_data", "attention_heads_figure", "bound_vs_rank_figure", "energy_by_order_figure",

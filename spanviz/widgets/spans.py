@@ -25,10 +25,8 @@ import torch
 
 from spanviz import plots
 from spanviz.plots.curves import relative_change_data, relative_change_series
-from spanviz.plots.spans import (
-    energy_by_order_data, energy_series, span_block_cells, span_block_title, span_blocks_traces, span_toy_data,
-    subspace_angles_data,
-)
+from spanviz.plots.span_blocks import span_block_cells, span_blocks_layout, span_blocks_traces
+from spanviz.plots.spans import energy_by_order_data, energy_series, span_toy_data, subspace_angles_data
 from spanviz.widgets.figure_widget import figure_state
 from spanviz.model import GPTConfig, TinyGPT
 from spanviz.runner import TrainerLike
@@ -172,6 +170,8 @@ class SpansPanel(Panel):
             }
             self._angles_shown = self._key()[1:]  # (layer, head) of the angles view
         self.views["blocks"] = FigureView(go.Figure(*blocks_state), static=self.static, name="blocks")
+        if not self.static:  # the state every later redraw sends (plain dicts, not plotly's validated copy), so that
+            self.views["blocks"].show(*blocks_state)  # the page's first α redraw finds nothing else changed
         self.views.update({name: FigureView(fig, static=self.static, name=name) for name, fig in figures.items()})
         self.scaler: BlockScaler | None = None
         if not self.static:  # α in the browser: the page rescales the blocks itself (see BlockScaler)
@@ -223,19 +223,16 @@ class SpansPanel(Panel):
             self._cells[key] = span_block_cells(self._blocks)
 
     def _blocks_state(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        """The blocks figure at the current α as (traces, layout): the figure of this block structure is built
-        once (plotly's subplots take tens of ms), afterwards only its data, titles and colour range change."""
+        """The blocks figure at the current α as (traces, layout): plotly's validated figure of this block structure
+        (with its template) is built once, afterwards its traces and layout come from the cached cells as plain
+        dicts (:func:`span_blocks_traces`, :func:`span_blocks_layout`)."""
         cells, a = self._cells[self._key()], self.alphas
         shape = (tuple(cells["orders"]), tuple(cells["names"]), cells["T"])
         if shape not in self._templates:
             self._templates[shape] = figure_state(plots.span_blocks_figure(self._blocks, a))
         data, layout = self._templates[shape]
         traces = [{**t, **new} for t, new in zip(data, span_blocks_traces(cells, a))]
-        titles = {n: span_block_title(n, o, a[o]) for n, o in zip(cells["names"], cells["orders"])}
-        annotations = [{**x, "text": titles.get(x.get("text", "").split(" ")[0], x.get("text", ""))}
-                       for x in layout.get("annotations", [])]
-        coloraxis = {**layout.get("coloraxis", {}), "cmin": -cells["zmax"], "cmax": cells["zmax"]}
-        return traces, {**layout, "annotations": annotations, "coloraxis": coloraxis}
+        return traces, {**layout, **span_blocks_layout(cells, a)}
 
     def _angles(self) -> dict[str, np.ndarray]:
         return self.grads.angles(self.controls["layer"].value, self.controls["head"].value)

@@ -29,7 +29,9 @@ ACTIVE = ".jp-NotebookPanel:not(.lm-mod-hidden)"
 
 # For each .js-plotly-plot of the notebook in front: its spanviz view name, the number of traces, whether one
 # of them holds data (x, y or z with at least one value), and a signature of all drawn numbers (count, sum and
-# position-weighted sum per trace), which changes when the drawn data changes.
+# position-weighted sum per trace of x, y, z and opacity, and of the layout's shapes and colour-axis ranges), which
+# changes when the drawn data changes (an α slider of the spans panel changes only colour ranges, rectangles and
+# opacity: spanviz.plots.span_blocks.span_blocks_layout).
 FIGURES_JS = """(els) => els.map((gd) => {
   const view = gd.closest('[class*="spanviz-view-"]');
   const name = view ? [...view.classList].find((c) => c.startsWith('spanviz-view-')).slice(13) : '';
@@ -43,12 +45,17 @@ FIGURES_JS = """(els) => els.map((gd) => {
   };
   const size = (v) => v == null ? 0 : (typeof v.bdata === 'string' ? v.bdata.length : (v.length || 0));
   const traces = gd.data || [];
-  const sig = traces.map((t) => ['x', 'y', 'z'].map((k) => {
-    const xs = numbers(t[k], []);
+  const summary = (xs) => {
     let s = 0, w = 0;
     xs.forEach((x, i) => { if (Number.isFinite(x)) { s += x; w += (i + 1) * x; } });
     return `${xs.length}:${s.toPrecision(8)}:${w.toPrecision(8)}`;
-  }).join('|')).join(';');
+  };
+  const layout = gd.layout || {};
+  const scales = Object.keys(layout).filter((k) => k.startsWith('coloraxis')).sort()
+    .map((k) => [layout[k].cmin, layout[k].cmax, layout[k].reversescale ? 1 : 0]);
+  const shapes = (layout.shapes || []).map((r) => [r.x0, r.x1, r.y0, r.y1]);
+  const sig = traces.map((t) => [...['x', 'y', 'z'].map((k) => summary(numbers(t[k], []))), t.opacity ?? 1].join('|'))
+    .join(';') + `#${summary(numbers(scales, []))}#${summary(numbers(shapes, []))}`;
   return {name, traces: traces.length, drawn: traces.some((t) => ['x', 'y', 'z'].some((k) => size(t[k]) > 0)), sig,
           title: ((gd.layout || {}).title || {}).text || ''};
 })"""

@@ -119,6 +119,37 @@ def check_control(lab: Lab, notebook: str, control: Control, live_too: bool = Tr
     assert not moved, f"{notebook}: {done} also changed the figures {moved}, not only {sorted(control.own)}"
 
 
+BLOCKS_DRAWN_JS = """(gd) => ({
+  heat: gd.data.filter((t) => t.type === 'heatmap').map((t) => ({axis: t.coloraxis, opacity: t.opacity ?? 1})),
+  axes: Object.fromEntries(Object.keys(gd.layout).filter((k) => k.startsWith('coloraxis'))
+    .map((k) => [k, {cmin: gd.layout[k].cmin, cmax: gd.layout[k].cmax}])),
+  bars: gd.layout.shapes.map((s) => s.y1), top: gd.layout.yaxis2.range[1],
+  titles: gd.layout.annotations.map((a) => a.text),
+})"""
+
+
+KEEP_JS = "(gd) => { window.__kept = {z: gd.data.map((t) => t.z), template: gd.layout.template}; }"
+KEPT_JS = "(gd) => gd.data.every((t, i) => t.z === window.__kept.z[i]) && gd.layout.template === window.__kept.template"
+
+
+def check_blocks_follow_alphas(lab: Lab) -> None:
+    """The blocks figure the page draws shows α·block for the α each slider's readout says: the heatmaps of order o
+    on a colour range ±zmax/α_o (the colour bar's ±zmax in units of α·entry), faded at α = 0; the scaled norm
+    bars α_o times the unscaled ones, all inside the bars' axis; each title saying its α."""
+    alphas = [float(lab.slider(f"α{o}").locator(".widget-readout").inner_text()) for o in range(4)]
+    gd = lab.page.locator(f"{ACTIVE} .spanviz-view-blocks .js-plotly-plot").first
+    drawn = gd.evaluate(BLOCKS_DRAWN_JS)
+    n, zmax = len(drawn["heat"]), drawn["axes"]["coloraxis"]["cmax"]
+    for i, heat in enumerate(drawn["heat"]):
+        o = int(heat["axis"].removeprefix("coloraxis")) - 2
+        a = alphas[o]
+        assert drawn["axes"][heat["axis"]]["cmax"] == pytest.approx(zmax / a if a else zmax), (i, alphas, drawn)
+        assert heat["opacity"] == (1 if a else pytest.approx(0.3)), (i, alphas)
+        assert drawn["bars"][n + i] == pytest.approx(drawn["bars"][i] * a), (i, alphas, drawn["bars"])
+        assert any(t.endswith(f"(order {o}) ×{a:g}") for t in drawn["titles"]), (o, a, drawn["titles"])
+    assert max(drawn["bars"]) < drawn["top"]
+
+
 def timed_moves(lab: Lab, control: Control, moves: int) -> list[dict]:
     """Move ``control`` back and forth ``moves`` times (one key press each) and time each input until its first own
     figure drew the new data (:meth:`Lab.timed`)."""
@@ -203,7 +234,15 @@ def test_notebook_draws_and_responds(notebook: str, lab: dict, browser, screensh
             check_control(page, notebook, control)
             page.wait_all_drawn(case.figures, f"after moving {control.label}")
         if notebook.startswith("01"):
-            assert page.figure("blocks")["traces"] == 4 + 2, "preset qk4: 4 blocks and 2 bar traces"
+            assert page.figure("blocks")["traces"] == 4 + 1, "preset qk4: 4 blocks and the colour bar's trace"
+            check_blocks_follow_alphas(page)  # as the kernel drew them (after the preset change) ...
+            blocks = page.page.locator(f"{ACTIVE} .spanviz-view-blocks .js-plotly-plot").first
+            blocks.evaluate(KEEP_JS)
+            check_control(page, notebook, _c("slider", "α1", {"blocks", "toy"}))
+            check_blocks_follow_alphas(page)  # ... and as the page rescaled them itself (block_scaler.js)
+            # α changed no trace data: plotly.js got the same arrays and template objects again (figure.js keeps what
+            # did not change), so it redrew colours, shapes and titles without recomputing the figure
+            assert blocks.evaluate(KEPT_JS), "an α move handed plotly.js new data arrays: a full replot"
         timings["controls"] = time.monotonic() - t0
         check_clean(page, notebook)
     except AssertionError as exc:
