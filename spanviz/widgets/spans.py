@@ -162,13 +162,13 @@ class SpansPanel(Panel):
         self._templates: dict[tuple[Any, ...], tuple[list[dict[str, Any]], dict[str, Any]]] = {}
         self.toy = span_toy(seed=seed)
         with analytic_threads():
-            self._load_head()
+            key = self._load_head()
             blocks_state = self._blocks_state()
             figures = {
                 "toy": plots.span_toy_figure(self.toy, self.alphas[:2]),
                 "angles": plots.subspace_angles_figure(self._angles()),
             }
-            self._angles_shown = self._key()[1:]  # (layer, head) of the angles view
+            self._angles_shown = key[1:]  # (layer, head) of the angles view
         self.views["blocks"] = FigureView(go.Figure(*blocks_state), static=self.static, name="blocks")
         if not self.static:  # the state every later redraw sends (plain dicts, not plotly's validated copy), so that
             self.views["blocks"].show(*blocks_state)  # the page's first α redraw finds nothing else changed
@@ -176,7 +176,7 @@ class SpansPanel(Panel):
         self.scaler: BlockScaler | None = None
         if not self.static:  # α in the browser: the page rescales the blocks itself (see BlockScaler)
             self.scaler = BlockScaler(self.views["blocks"].widget, [c[f"alpha{i}"] for i in range(4)])
-            self.scaler.set_cells(self._cells[self._key()], self.views["blocks"].layout)
+            self.scaler.set_cells(self._cells[key], self.views["blocks"].layout)
         for name in ("alpha0", "alpha1", "alpha2", "alpha3"):
             c[name].observe(lambda _ch: self.update_alphas(), names="value")
         for name in ("preset", "layer", "head"):
@@ -215,12 +215,14 @@ class SpansPanel(Panel):
     def _key(self) -> tuple[str, int, int]:
         return tuple(self.controls[n].value for n in ("preset", "layer", "head"))  # type: ignore[return-value]
 
-    def _load_head(self) -> None:
-        """The blocks of the picked preset/layer/head and their α-independent heatmaps and norms (cached)."""
+    def _load_head(self) -> tuple[str, int, int]:
+        """The blocks of the picked preset/layer/head and their α-independent heatmaps and norms (cached); returns
+        the (preset, layer, head) picked."""
         preset, layer, head = key = self._key()
         self._blocks = self.grads.blocks(preset, layer, head)
         if key not in self._cells:
             self._cells[key] = span_block_cells(self._blocks)
+        return key
 
     def _blocks_state(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """The blocks figure at the current α as (traces, layout): plotly's validated figure of this block structure
@@ -256,12 +258,12 @@ class SpansPanel(Panel):
         # page spends drawing it would only delay the figure (by 15–30 ms in JupyterLab on 2 cores)
         cached = self._key() in self._cells
         with contextlib.nullcontext() if cached else computing(self.busy, "the blocks"), analytic_threads():
-            self._load_head()
+            key = self._load_head()
             self.views["blocks"].show(*self._blocks_state())
             if self.scaler is not None:
-                self.scaler.set_cells(self._cells[self._key()], self.views["blocks"].layout)
-            if self._angles_shown != self._key()[1:]:  # angles depend on layer and head, not on the preset
-                self._angles_shown = self._key()[1:]
+                self.scaler.set_cells(self._cells[key], self.views["blocks"].layout)
+            if self._angles_shown != key[1:]:  # angles depend on layer and head, not on the preset
+                self._angles_shown = key[1:]
                 self.views["angles"].update(subspace_angles_data(self._angles()))
                 self.angles_caption.value = self._angles_caption()
             if self.training.runner.histories:
