@@ -11,7 +11,7 @@ from spanviz.plots.common import layer_series, series
 from spanviz.plots.curves import seed_band
 from spanviz.plots.fp8 import STRATEGY_COLORS, bound_color
 from spanviz.plots.local_global import head_masks_data
-from spanviz.plots.span_blocks import DIM_OPACITY, span_blocks_data
+from spanviz.plots.span_blocks import DIM_OPACITY, span_block_cells, span_blocks_data, span_blocks_layout
 from spanviz.spans.demos import span_toy
 
 H1 = {"step": [0, 1, 2, 3], "train_loss": [5.0, 4.0, 3.0, 2.0], "val_loss": [None, 4.5, None, 3.0]}
@@ -103,6 +103,10 @@ def test_span_blocks_figure_grid_scaling_and_norms(alphas):
             np.testing.assert_allclose(_shown(fig, trace), a * b["block"], rtol=1e-5, atol=1e-9)
             assert trace.opacity == 1
     assert fig.layout.coloraxis.colorbar.title.text == "α·entry"
+    # the colour scale spelled out in the layout the browser gets (a name would be plotly.js's own "RdBu", gray at 0)
+    raw = span_blocks_layout(span_block_cells(blocks), alphas)
+    for axis in ("coloraxis", "coloraxis2", "coloraxis5"):
+        assert raw[axis]["colorscale"][5] == [0.5, "rgb(247,247,247)"] and len(raw[axis]["colorscale"]) == 11
     # one row per order: S1 alone in row 1, S8 alone in the last row; S2..S4 share a row (same y offset) side by
     # side (different x offsets), all on one pair of axes; each block titled above it with its α
     top = {t.name: t.y[0] for t in heat}

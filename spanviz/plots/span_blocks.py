@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import plotly.colors
 import plotly.graph_objects as go
 
 from spanviz.plots.common import ORDER_COLORS, Trace, as_array, block_mean
@@ -61,6 +62,10 @@ fewer cells keep a redraw in the browser quick."""
 DIM_OPACITY = 0.3
 """Opacity of a block whose α is 0: drawn faded with its unscaled pattern (a student sees what α removes), not
 as a blank square."""
+
+DIVERGING = [[float(at), color] for at, color in plotly.colors.get_colorscale("RdBu")]
+"""The blocks' colour scale (red: negative, white: 0, blue: positive), spelled out: the layout is sent to the
+browser as a plain dict, and plotly.js's own "RdBu" (gray at 0) is not plotly.py's."""
 
 BAR_WIDTH = 0.4
 """Width of one norm bar (x units: one block per unit; the unscaled bar left of the block's tick, the scaled right)."""
@@ -200,7 +205,7 @@ def span_blocks_layout(cells: Mapping[str, Any], alphas: Sequence[float] | None 
                 "name": "‖α·block‖/‖dS‖", "legendgroup": "scaled", "showlegend": i == 0}
                for i, (r, o) in enumerate(zip(rel, orders))]
     hidden = {"showticklabels": False, "showgrid": False, "zeroline": False, "ticks": ""}
-    coloraxes = {order_coloraxis(o): {"colorscale": "RdBu", "showscale": False, **span_block_color_range(zmax, a[o])}
+    coloraxes = {order_coloraxis(o): {"colorscale": DIVERGING, "showscale": False, **span_block_color_range(zmax, a[o])}
                  for o in sorted(set(orders))}
     return {
         "title": {"text": title or "score-gradient blocks (rows: order = number of ⊥ projections; faded: α = 0, the "
@@ -213,7 +218,7 @@ def span_blocks_layout(cells: Mapping[str, Any], alphas: Sequence[float] | None 
         "yaxis2": {"anchor": "x2", "range": [0.0, span_block_bars_top(rel, orders, a)]},
         "annotations": annotations,
         "shapes": shapes,
-        "coloraxis": {"colorscale": "RdBu", "cmin": -zmax, "cmax": zmax,
+        "coloraxis": {"colorscale": DIVERGING, "cmin": -zmax, "cmax": zmax,
                       "colorbar": {"x": -0.08, "len": 0.8, "title": {"text": "α·entry"}}},
         **coloraxes,
         "showlegend": True,
