@@ -222,6 +222,8 @@ function sameBytes(cached, view) {
   return true;
 }
 
+const primitive = (v) => v === null || typeof v !== "object";
+
 function decoder() {
   // The model's state → what Plotly.react takes: {dtype, shape, buffer: DataView} becomes a typed array (1-D) or an
   // array of typed-array rows (2-D). Whatever did not change since the last state keeps the object it was decoded
@@ -242,6 +244,10 @@ function decoder() {
       if (value === null || typeof value !== "object") {
         same = old !== undefined && old.leaf && Object.is(old.value, value);
         entry = same ? old : { leaf: true, value, decoded: value };
+      } else if (Array.isArray(value) && value.every(primitive)) { // a list of numbers or strings: one entry
+        same = old !== undefined && old.list !== undefined && old.list.length === value.length
+          && value.every((v, i) => Object.is(v, old.list[i]));
+        entry = same ? old : { list: value, decoded: value.slice() };
       } else if (value.buffer instanceof DataView && ARRAYS[value.dtype]) {
         const b = value.buffer;
         const kind = `${value.dtype}:${value.shape}`;
