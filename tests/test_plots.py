@@ -131,6 +131,12 @@ def test_span_blocks_figure_grid_scaling_and_norms(alphas):
     assert fig.layout.coloraxis.cmax == pytest.approx(np.percentile(entries, 99)) == -fig.layout.coloraxis.cmin
 
 
+def test_span_blocks_of_a_zero_gradient_keep_a_drawable_bars_axis():
+    blocks = [{"name": f"S{i + 1}", "order": o, "block": np.zeros((4, 4))} for i, o in enumerate((0, 1, 1, 2))]
+    fig = plots.span_blocks_figure(blocks)
+    assert [s.y1 for s in fig.layout.shapes] == [0.0] * 8 and tuple(fig.layout.yaxis2.range) == (0.0, 1.0)
+
+
 def test_span_blocks_large_context_shows_cell_means_and_exact_norms():
     rng = np.random.default_rng(1)
     blocks = _blocks(rng, T=128)

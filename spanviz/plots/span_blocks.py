@@ -145,8 +145,10 @@ def span_block_title(name: str, order: int, alpha: float) -> str:
 
 
 def span_block_bars_top(rel: Sequence[float], orders: Sequence[int], alphas: Sequence[float]) -> float:
-    """Top of the norm bars' axis: 5 % above the highest bar, unscaled (‖block‖) or scaled (‖α·block‖)."""
-    return 1.05 * max(float(r) * max(1.0, abs(alphas[o])) for r, o in zip(rel, orders))
+    """Top of the norm bars' axis: 5 % above the highest bar, unscaled (‖block‖) or scaled (‖α·block‖); 1 when
+    every bar is 0 (dS = 0)."""
+    top = 1.05 * max(float(r) * max(1.0, abs(alphas[o])) for r, o in zip(rel, orders))
+    return top if top > 0 else 1.0
 
 
 def span_blocks_traces(cells: Mapping[str, Any], alphas: Sequence[float] | None = None) -> list[Trace]:

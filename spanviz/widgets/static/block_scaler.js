@@ -7,8 +7,9 @@
 // span_block_color_range, span_block_opacity, span_block_bars_top, span_block_title): the heatmaps of order o hold
 // the unscaled blocks on the colour axis `coloraxes[o]`, whose range ±zmax/|α_o| draws them in the colours of
 // α_o·block (at α = 0: ±zmax, and the heatmap at opacity `_dim`); block i's scaled norm bar is the rectangle
-// `shapes[n + i]`, of height rel_i·|α|; the bars' axis reaches 5 % above the highest bar; each block's title ends
-// in ×α. With the trace data unchanged, plotly.js redraws only colours, shapes and text (no full replot).
+// `shapes[n + i]`, of height rel_i·|α|; the bars' axis reaches 5 % above the highest bar (1 when all are 0);
+// each block's title ends in ×α. With the trace data unchanged, plotly.js redraws only colours, shapes and text
+// (no full replot).
 // The kernel stores the same state afterwards without asking for another draw.
 //
 // `_cells` belong to one figure revision (`_revision`): while the kernel is drawing another preset, layer or head
@@ -55,7 +56,7 @@ function rescale(model, state) {
     layout.shapes[n + i] = { ...layout.shapes[n + i], y1: rel[i] * Math.abs(alphas[o]) };
   });
   const top = 1.05 * Math.max(...rel.map((r, i) => r * Math.max(1, Math.abs(alphas[orders[i]]))));
-  layout.yaxis2 = { ...layout.yaxis2, range: [0, top] };
+  layout.yaxis2 = { ...layout.yaxis2, range: [0, top > 0 ? top : 1] };
   layout.annotations = (layout.annotations || []).slice();
   cells.titles.forEach((at, i) => {
     if (at < 0) return;
