@@ -125,20 +125,23 @@ function watchInputs() {
   window[INPUTS] = true;
   const control = (target) => target instanceof Element && target.closest(".jupyter-widgets")
     && !target.closest(".spanviz-figure") ? target : null;
-  const mark = (target) => {
+  // `at`: the input event's time stamp (performance.now()'s clock), handed on to each figure's busy state
+  const mark = (target, at) => {
     const scope = target.closest(".spanviz-panel") || target.closest(".jp-OutputArea-output")
       || target.closest(".widget-box");
     if (!scope) return;
-    for (const fig of scope.querySelectorAll(".spanviz-figure")) fig.dispatchEvent(new CustomEvent(BUSY));
+    for (const fig of scope.querySelectorAll(".spanviz-figure")) {
+      fig.dispatchEvent(new CustomEvent(BUSY, { detail: at }));
+    }
   };
   const readout = (slider) => slider.querySelector(".widget-readout")?.textContent;
   // A slider counts when its readout changed (a key press at the end of the range, or a click on the handle
   // that does not move it, sends nothing to the kernel, so nothing will come back).
-  const ifMoved = (slider, target) => {
+  const ifMoved = (slider, target, at) => {
     const before = readout(slider);
     return () => {
       if (before === undefined || readout(slider) !== before) {
-        mark(target);
+        mark(target, at);
         return true;
       }
       return false;
@@ -147,13 +150,13 @@ function watchInputs() {
   document.addEventListener("keydown", (event) => {
     const target = control(event.target);
     const slider = target && SLIDER_KEYS.has(event.key) && target.closest(".noUi-handle") && target.closest(".widget-slider");
-    if (slider) setTimeout(ifMoved(slider, target), 0);
+    if (slider) setTimeout(ifMoved(slider, target, event.timeStamp), 0);
   }, true);
   document.addEventListener("pointerdown", (event) => {
     const target = control(event.target);
     const slider = target && target.closest(".noUi-target") && target.closest(".widget-slider");
     if (!slider) return;
-    const moved = ifMoved(slider, target);
+    const moved = ifMoved(slider, target, event.timeStamp);
     const check = () => {
       if (moved()) stop();
     };
@@ -170,14 +173,14 @@ function watchInputs() {
   }, true);
   document.addEventListener("change", (event) => {
     const target = control(event.target);
-    if (target && target.matches("select, input[type=checkbox], input[type=radio]")) mark(target);
+    if (target && target.matches("select, input[type=checkbox], input[type=radio]")) mark(target, event.timeStamp);
   }, true);
   document.addEventListener("click", (event) => {
     const target = control(event.target);
     const button = target && target.closest("button");
     if (!button || button.disabled) return;
     if (button.classList.contains("widget-toggle-button") && button.classList.contains("mod-active")) return;
-    mark(button);
+    mark(button, event.timeStamp);
   }, true);
 }
 
@@ -192,6 +195,7 @@ function busyState(el) {
   badge.textContent = "updating…";
   el.appendChild(badge);
   let timers = [];
+  let since = -Infinity; // when the last input was made
   const set = (busy) => {
     timers.forEach(clearTimeout);
     timers = [];
@@ -206,8 +210,17 @@ function busyState(el) {
       el.classList.remove(BUSY_SHOWN);
     }
   };
-  el.addEventListener(BUSY, () => set(true));
-  return { done: () => set(false), dispose: () => timers.forEach(clearTimeout) };
+  el.addEventListener(BUSY, (event) => {
+    const now = performance.now(); // an input's time stamp on another clock (none in the future) reads as now
+    since = typeof event.detail === "number" && event.detail <= now ? event.detail : now;
+    set(true);
+  });
+  // done(readAt): a redraw of the state read at `readAt` has been drawn. A state read before the last input cannot
+  // hold the answer to it (a redraw still in flight when a person moves the control again), so it does not end the
+  // busy state; a state read after it (the kernel's answer, or the page's own, e.g. block_scaler.js) and the
+  // kernel's "settled" message (no readAt) do.
+  return { done: (readAt = Infinity) => { if (readAt >= since) set(false); },
+           dispose: () => timers.forEach(clearTimeout) };
 }
 
 const ARRAYS = {
@@ -292,7 +305,7 @@ async function render({ model, el }) {
   el.appendChild(div);
   let chain = Promise.resolve();
   const onMessage = (msg) => {
-    if (msg && msg.kind === SETTLED) chain = chain.then(busy.done); // after the redraws sent before it
+    if (msg && msg.kind === SETTLED) chain = chain.then(() => busy.done()); // after the redraws sent before it
   };
   model.on("msg:custom", onMessage);
   const received = () => model.send({ kind: SEEN, revision: model.get("_revision") });
@@ -329,19 +342,21 @@ async function render({ model, el }) {
     queued = true;
     chain = chain.then(async () => {
       queued = false;
-      const revision = model.get("_revision");
-      const { data, layout } = decode({ data: model.get("_data"), layout: model.get("_layout") });
-      // A responsive figure fills its element's height, and this element has none of its own: without a height in
-      // the layout the figure would collapse to nothing at its first update. plotly's default height, then.
-      if (layout.height === undefined) layout.height = 450;
-      await Plotly.react(div, data, layout, model.get("_config"));
-      div.dataset.revision = String(revision);
-      status.clear();
-      busy.done();
-    }).catch((e) => {
-      console.error("[spanviz] figure redraw failed", e);
-      status.error(`figure not redrawn: ${describe(e)}`);
-      busy.done();
+      const readAt = performance.now();
+      try {
+        const revision = model.get("_revision");
+        const { data, layout } = decode({ data: model.get("_data"), layout: model.get("_layout") });
+        // A responsive figure fills its element's height, and this element has none of its own: without a height in
+        // the layout the figure would collapse to nothing at its first update. plotly's default height, then.
+        if (layout.height === undefined) layout.height = 450;
+        await Plotly.react(div, data, layout, model.get("_config"));
+        div.dataset.revision = String(revision);
+        status.clear();
+      } catch (e) {
+        console.error("[spanviz] figure redraw failed", e);
+        status.error(`figure not redrawn: ${describe(e)}`);
+      }
+      busy.done(readAt);
     });
   };
   model.on("change:_revision", draw);
