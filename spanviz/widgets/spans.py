@@ -159,7 +159,7 @@ class SpansPanel(Panel):
         c["layer"] = W.Dropdown(options=list(range(self.model_cfg.n_layer)), value=0, description="layer")
         c["head"] = W.Dropdown(options=list(range(self.model_cfg.n_head)), value=0, description="head")
         self._cells: dict[tuple[str, int, int], dict[str, Any]] = {}  # span_block_cells per (preset, layer, head)
-        self._templates: dict[tuple[Any, ...], tuple[list[dict[str, Any]], dict[str, Any]]] = {}
+        self._templates: dict[tuple[Any, ...], dict[str, Any]] = {}  # figure layout per block structure
         self.toy = span_toy(seed=seed)
         with analytic_threads():
             key = self._load_head()
@@ -225,16 +225,14 @@ class SpansPanel(Panel):
         return key
 
     def _blocks_state(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        """The blocks figure at the current α as (traces, layout): plotly's validated figure of this block structure
-        (with its template) is built once, afterwards its traces and layout come from the cached cells as plain
-        dicts (:func:`span_blocks_traces`, :func:`span_blocks_layout`)."""
+        """The blocks figure at the current α as (traces, layout): plain dicts from the cached cells
+        (:func:`span_blocks_traces`, :func:`span_blocks_layout`) over the layout of plotly's validated figure of this
+        block structure (its template; built once per structure)."""
         cells, a = self._cells[self._key()], self.alphas
         shape = (tuple(cells["orders"]), tuple(cells["names"]), cells["T"])
         if shape not in self._templates:
-            self._templates[shape] = figure_state(plots.span_blocks_figure(self._blocks, a))
-        data, layout = self._templates[shape]
-        traces = [{**t, **new} for t, new in zip(data, span_blocks_traces(cells, a))]
-        return traces, {**layout, **span_blocks_layout(cells, a)}
+            self._templates[shape] = figure_state(plots.span_blocks_figure(self._blocks, a))[1]
+        return span_blocks_traces(cells, a), {**self._templates[shape], **span_blocks_layout(cells, a)}
 
     def _angles(self) -> dict[str, np.ndarray]:
         return self.grads.angles(self.controls["layer"].value, self.controls["head"].value)

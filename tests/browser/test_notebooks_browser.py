@@ -24,6 +24,8 @@ import pytest
 from conftest import NOTEBOOKS, STEPS, cpu_load, jupyter_lab, load_workers
 from labpage import ACTIVE, Lab
 
+from spanviz.plots.span_blocks import DIM_OPACITY
+
 REPO = Path(__file__).resolve().parents[2]
 BUSY_LOAD = 4  # busy-loop processes of the multi-notebook test (on top of four training kernels)
 TIMED_WAIT_S = 120  # a timed move whose figure has not drawn by then counts as lost
@@ -144,7 +146,7 @@ def check_blocks_follow_alphas(lab: Lab) -> None:
         o = int(heat["axis"].removeprefix("coloraxis")) - 2
         a = alphas[o]
         assert drawn["axes"][heat["axis"]]["cmax"] == pytest.approx(zmax / a if a else zmax), (i, alphas, drawn)
-        assert heat["opacity"] == (1 if a else pytest.approx(0.3)), (i, alphas)
+        assert heat["opacity"] == (1 if a else pytest.approx(DIM_OPACITY)), (i, alphas)
         assert drawn["bars"][n + i] == pytest.approx(drawn["bars"][i] * a), (i, alphas, drawn["bars"])
         assert any(t.endswith(f"(order {o}) ×{a:g}") for t in drawn["titles"]), (o, a, drawn["titles"])
     assert max(drawn["bars"]) < drawn["top"]
