@@ -143,3 +143,58 @@ def test_a_figure_module_that_fails_shows_one_line_in_the_box(lab: dict, browser
             assert shown["empty"] and f"figure not drawn: {says}" in shown["emptyText"]
     finally:
         page.close()
+
+
+RESIZES_JS = """async () => {
+  // count plotly.js's Plots.resize calls (figure.js calls it when the figure's element is resized), page-wide
+  const Plotly = await Object.values(window.__spanviz_plotly__)[0];
+  if (!Plotly.Plots.__counted) {
+    const resize = Plotly.Plots.resize;
+    window.__spanvizResizes = 0;
+    Plotly.Plots.resize = (gd) => { window.__spanvizResizes += 1; return resize(gd); };
+    Plotly.Plots.__counted = true;
+  }
+  // two frames: a resize observer's callbacks for the last layout change have run
+  await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+  const gd = %s.querySelector('.js-plotly-plot');
+  return {resizes: window.__spanvizResizes, height: gd.querySelector('.main-svg').getBoundingClientRect().height,
+          width: gd.querySelector('.main-svg').getBoundingClientRect().width, box: gd.getBoundingClientRect().width};
+}""" % FIGURE.format("tall")
+
+
+def test_a_figure_lays_out_again_for_a_new_width_not_for_its_own_new_height(lab: dict, browser) -> None:
+    # A redraw that changes the figure's height (the spans blocks of a preset with fewer orders) resizes its box too;
+    # plotly.js's Plots.resize for that would replot the whole figure again (up to three times, in the way of the
+    # next input). A new width must still be followed.
+    name = write(lab, "_tall.ipynb", (
+        "import ipywidgets as W, plotly.graph_objects as go\n"
+        "from spanviz.widgets import FigureView\n"
+        "view = FigureView(go.Figure(go.Scatter(y=[1, 2, 3]), layout={'height': 300}), name='tall')\n"
+        "rows = W.IntSlider(value=1, min=1, max=3, description='rows')\n"
+        "rows.observe(lambda ch: view.show([{'type': 'scatter', 'y': list(range(ch['new'] + 2))}],\n"
+        "                                  {**view.layout, 'height': 150 + 150 * ch['new']}), names='value')\n"
+        "W.VBox([rows, view.widget])"))
+    page = Lab(browser, lab)
+    try:
+        page.open(name)
+        page.run_all(name, timeout=180)
+        (before,) = page.wait_all_drawn(1, "after Run All")
+        first = page.page.evaluate(RESIZES_JS)
+        assert abs(first["height"] - 300) < 1, first
+        page.move_slider("rows", "ArrowRight")
+        page.wait_figure_change("tall", before, "rows 1 → 2")
+        taller = page.page.evaluate(RESIZES_JS)
+        assert abs(taller["height"] - 450) < 1, taller  # the layout's new height is drawn ...
+        assert taller["resizes"] == first["resizes"], (first, taller)  # ... and not laid out a second time
+        size = page.page.viewport_size
+        page.page.set_viewport_size({"width": size["width"] - 300, "height": size["height"]})
+        try:
+            narrower = page.wait_until("the figure to follow a narrower page", lambda: (
+                s := page.page.evaluate(RESIZES_JS))["width"] < taller["width"] - 200 and s, timeout=30, every=0.2)
+        finally:
+            page.page.set_viewport_size(size)
+        assert narrower["resizes"] > taller["resizes"] and abs(narrower["width"] - narrower["box"]) < 2, narrower
+        assert abs(narrower["height"] - 450) < 1, narrower  # a new width keeps the layout's height
+        assert not page.errors, "JavaScript errors:\n" + "\n".join(page.errors)
+    finally:
+        page.close()

@@ -326,6 +326,7 @@ async function render({ model, el }) {
   }
   status.clear();
   const decode = decoder();
+  let drawnWidth = -1; // the width the figure was last laid out at (its height is the layout's own)
   let queued = false;
   let stale = false;
   // A figure that is not rendered (a notebook in a background tab, a collapsed output) is not redrawn: with several
@@ -350,6 +351,7 @@ async function render({ model, el }) {
         // the layout the figure would collapse to nothing at its first update. plotly's default height, then.
         if (layout.height === undefined) layout.height = 450;
         await Plotly.react(div, data, layout, model.get("_config"));
+        drawnWidth = div.offsetWidth;
         div.dataset.revision = String(revision);
         status.clear();
       } catch (e) {
@@ -364,9 +366,15 @@ async function render({ model, el }) {
   const shown = () => {
     if (stale && !hidden()) draw();
   };
+  // Only a new width needs plotly.js to lay the figure out again: a redraw that changes the figure's own height (the
+  // spans blocks of a preset with fewer orders) resizes this element too, and Plots.resize would replot the whole
+  // figure 100 ms later, up to three times in a row (~50 ms each, measured in JupyterLab), in the way of the next input.
   const resized = new ResizeObserver(() => {
     if (stale) shown(); // shown again: display: none ended
-    else if (div.offsetWidth > 0 && div.dataset.revision !== undefined) Plotly.Plots.resize(div);
+    else if (div.offsetWidth > 0 && div.dataset.revision !== undefined && div.offsetWidth !== drawnWidth) {
+      drawnWidth = div.offsetWidth;
+      Plotly.Plots.resize(div);
+    }
   });
   resized.observe(el);
   const seen = new IntersectionObserver(shown); // shown again in other ways (content-visibility, scrolling)
