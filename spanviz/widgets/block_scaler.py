@@ -11,6 +11,13 @@ JupyterLab, against ~55 ms for a figure whose heatmaps change). The kernel keeps
 asking the page to draw again (``redraw=False``), so a view made later draws the same figure. Where the module does
 not run (no front end, a static figure), nothing changes: the kernel redraws.
 
+The same module draws a preset, layer or head that the kernel has drawn before at once, without a round trip: it
+keeps each figure state the kernel drew with its cells, keyed by "preset|layer|head" (the states the page has
+received anyway: nothing more is sent), and when a pick in the page's dropdowns names a kept one it puts that state
+into the figure's model with the sliders' α applied. It tells the kernel first ("spanviz-picked", before the
+dropdown's own update goes out), so that the kernel stores the state it computes for that pick without asking the
+page to draw it again (:meth:`BlockScaler.picked_in_page`). A pick the page has not seen is drawn by the kernel.
+
 The kernel and the page compute the same figure: the module applies the rules of
 :func:`spanviz.plots.span_blocks.span_blocks_layout` (:func:`~spanviz.plots.span_blocks.span_block_color_range`,
 :func:`~spanviz.plots.span_blocks.span_block_opacity`, :func:`~spanviz.plots.span_blocks.span_block_bars_top`,
@@ -31,13 +38,20 @@ import traitlets as T
 from spanviz.widgets.figure_widget import PlotlyFigure
 from spanviz.plots.span_blocks import DIM_OPACITY, order_coloraxis
 
+PICKED = "spanviz-picked"
+"""The page's message to the kernel: it has drawn the state it kept for a pick (``{"kind", "key"}``)."""
+
 
 class BlockScaler(anywidget.AnyWidget):
-    """Rescales a blocks figure (:func:`spanviz.plots.span_blocks_figure`) in the browser as α sliders move.
+    """Rescales a blocks figure (:func:`spanviz.plots.span_blocks_figure`) in the browser as α sliders move, and
+    redraws a pick of preset, layer or head there from a state the kernel drew before.
 
     Args:
         figure: the :class:`~spanviz.widgets.figure_widget.PlotlyFigure` that shows the blocks.
         sliders: the α0..α3 slider widgets, in order.
+        pickers: the dropdowns whose picks name a blocks state (preset, layer, head): their labels joined by "|"
+            are the ``key`` of :meth:`set_cells`. None: only α is handled in the page. The page keeps one state
+            per key it was sent (~150 KB each: 8 heatmaps of 64 × 64 float32 and the layout).
 
     Attributes:
         live: True once a front end listens to the sliders (set by the page). While False the kernel must
@@ -47,18 +61,34 @@ class BlockScaler(anywidget.AnyWidget):
     _esm = pathlib.Path(__file__).parent / "static" / "block_scaler.js"
     _figure = T.Instance(PlotlyFigure).tag(sync=True, **W.widget_serialization)
     _sliders = T.List(T.Instance(W.Widget)).tag(sync=True, **W.widget_serialization)
+    _pickers = T.List(T.Instance(W.Widget)).tag(sync=True, **W.widget_serialization)
     _cells = T.Dict().tag(sync=True)
     _revision = T.Int(-1).tag(sync=True)
     _dim = T.Float(DIM_OPACITY).tag(sync=True)
     live = T.Bool(False).tag(sync=True)
 
-    def __init__(self, figure: PlotlyFigure, sliders: Sequence[W.Widget]) -> None:
-        super().__init__(_figure=figure, _sliders=list(sliders), layout=W.Layout(display="none"))
+    def __init__(self, figure: PlotlyFigure, sliders: Sequence[W.Widget], pickers: Sequence[W.Widget] = ()) -> None:
+        super().__init__(_figure=figure, _sliders=list(sliders), _pickers=list(pickers),
+                         layout=W.Layout(display="none"))
+        self._picked: str | None = None
+        self.on_msg(self._answer)
 
-    def set_cells(self, cells: Mapping[str, Any], layout: Mapping[str, Any]) -> None:
-        """What α changes in the figure now shown (from :func:`spanviz.plots.span_blocks.span_block_cells`): block names,
-        orders, norms ‖block‖/‖dS‖, the colour range zmax, where the blocks' titles are; and the figure revision
-        they belong to (call after the figure is shown). Heatmap i is trace i and its scaled bar ``shapes[n + i]``
+    def _answer(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        """The page drew the state it kept for a pick (block_scaler.js), before the pick reaches the kernel."""
+        if isinstance(content, dict) and content.get("kind") == PICKED and isinstance(content.get("key"), str):
+            self._picked = content["key"]
+
+    def picked_in_page(self, key: str) -> bool:
+        """True when the page has drawn the state of this pick itself (the kernel then only stores its state, with
+        ``redraw=False``); each report of the page answers one pick."""
+        drawn, self._picked = self._picked == key, None
+        return drawn
+
+    def set_cells(self, cells: Mapping[str, Any], layout: Mapping[str, Any], key: str = "") -> None:
+        """What α changes in the figure now shown (from :func:`spanviz.plots.span_blocks.span_block_cells`): block
+        names, orders, norms ‖block‖/‖dS‖, the colour range zmax, where the blocks' titles are; the pick the state
+        belongs to (``key``, "preset|layer|head": the page keeps the state under it); and the figure revision they
+        belong to (call after the figure is shown). Heatmap i is trace i and its scaled bar ``shapes[n + i]``
         (:func:`spanviz.plots.span_blocks.span_blocks_layout`)."""
         names, orders = list(cells["names"]), [int(o) for o in cells["orders"]]
         annotations = [a.get("text", "") for a in layout.get("annotations", [])]
@@ -66,7 +96,7 @@ class BlockScaler(anywidget.AnyWidget):
         with self.hold_sync():
             self._cells = {"names": names, "orders": orders, "rel": [float(r) for r in cells["rel"]],
                            "zmax": float(cells["zmax"]), "coloraxes": [order_coloraxis(o) for o in range(4)],
-                           "titles": [titles.get(n, -1) for n in names]}
+                           "titles": [titles.get(n, -1) for n in names], "key": str(key)}
             self.sync_revision()
 
     def sync_revision(self) -> None:

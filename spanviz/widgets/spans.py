@@ -46,6 +46,11 @@ ANGLE_PAIRS = ("Q–K", "Q–V", "K–V")
 """The pairs of spans whose principal angles are shown, in this order."""
 
 
+def pick_key(key: tuple[str, int, int]) -> str:
+    """A (preset, layer, head) as the page names it: the dropdowns' labels joined by "|" (block_scaler.js)."""
+    return "|".join(str(k) for k in key)
+
+
 class ScoreGradientViews:
     """dS, q, k, v of one batch through a random-init model, and the blocks and angles drawn from them.
 
@@ -118,7 +123,8 @@ class SpansPanel(Panel):
     (heatmaps grouped by order, bars of ‖block‖/‖dS‖ before and after α scaling), the T = 3 toy with α0 on
     the span part and α1 on the violation, and the principal angles between the token-space spans of Q, K
     and V (:class:`ScoreGradientViews`). α sliders rescale cached blocks; the decomposition is
-    computed once per (preset, layer) for all heads.
+    computed once per (preset, layer) for all heads. In a browser the page rescales the blocks for α itself and
+    redraws a preset, layer or head it has been sent before without asking the kernel (:class:`BlockScaler`).
 
     Train: the α setting against the standard gradient (spans=None), same seed, plus the standard gradient
     with the next seed (the seed noise). Live: the α run's validation loss as a change in percent against
@@ -175,8 +181,9 @@ class SpansPanel(Panel):
         self.views.update({name: FigureView(fig, static=self.static, name=name) for name, fig in figures.items()})
         self.scaler: BlockScaler | None = None
         if not self.static:  # α in the browser: the page rescales the blocks itself (see BlockScaler)
-            self.scaler = BlockScaler(self.views["blocks"].widget, [c[f"alpha{i}"] for i in range(4)])
-            self.scaler.set_cells(self._cells[key], self.views["blocks"].layout)
+            self.scaler = BlockScaler(self.views["blocks"].widget, [c[f"alpha{i}"] for i in range(4)],
+                                      [c["preset"], c["layer"], c["head"]])
+            self.scaler.set_cells(self._cells[key], self.views["blocks"].layout, pick_key(key))
         for name in ("alpha0", "alpha1", "alpha2", "alpha3"):
             c[name].observe(lambda _ch: self.update_alphas(), names="value")
         for name in ("preset", "layer", "head"):
@@ -251,15 +258,18 @@ class SpansPanel(Panel):
         """Recompute the blocks for the picked preset/layer/head and redraw (saying "computing…" meanwhile, when not
         cached); the angles view only when the layer or head changed. Blocks are cached per (preset, layer),
         heatmaps per head and figures per block structure, so a preset, layer or head seen before costs no tensor
-        work and no figure construction."""
+        work and no figure construction. In a page, a pick the kernel has drawn before is drawn there at once
+        (:class:`BlockScaler` keeps the states it received); the kernel then only stores the same state."""
         # "computing…" only where there is tensor work ahead: for a head seen before, its message and the frame the
         # page spends drawing it would only delay the figure (by 15–30 ms in JupyterLab on 2 cores)
         cached = self._key() in self._cells
         with contextlib.nullcontext() if cached else computing(self.busy, "the blocks"), analytic_threads():
             key = self._load_head()
-            self.views["blocks"].show(*self._blocks_state())
+            # a pick the page has drawn itself from the state it kept (BlockScaler): only store the same state here
+            drawn = self.scaler is not None and self.scaler.picked_in_page(pick_key(key))
+            self.views["blocks"].show(*self._blocks_state(), redraw=not drawn)
             if self.scaler is not None:
-                self.scaler.set_cells(self._cells[key], self.views["blocks"].layout)
+                self.scaler.set_cells(self._cells[key], self.views["blocks"].layout, pick_key(key))
             if self._angles_shown != key[1:]:  # angles depend on layer and head, not on the preset
                 self._angles_shown = key[1:]
                 self.views["angles"].update(subspace_angles_data(self._angles()))

@@ -152,6 +152,28 @@ def check_blocks_follow_alphas(lab: Lab) -> None:
     assert max(drawn["bars"]) < drawn["top"]
 
 
+def check_picks_in_the_page(lab: Lab, notebook: str) -> None:
+    """A preset the kernel has drawn before (for this layer and head) is drawn by the page from the state it kept
+    (block_scaler.js), with the sliders' α; the kernel stores the same state without drawing it again."""
+    def revision() -> str | None:
+        return lab.page.locator(f"{ACTIVE} .spanviz-view-blocks .js-plotly-plot").first.get_attribute("data-revision")
+
+    def drew(before: dict, traces: int) -> bool:
+        return (f := lab.figure("blocks"))["sig"] != before["sig"] and f["traces"] == traces
+
+    qk4, drawn = lab.figure("blocks"), revision()  # qk4 as the kernel drew it, rescaled by the page for the α move
+    for preset, traces in (("kv8", 8 + 1), ("qk4", 4 + 1)):  # kv8 at this layer and head: drawn for the layer pick
+        before = lab.figure("blocks")
+        lab.select("preset", preset)
+        lab.wait_until(f"the blocks of {preset}", lambda b=before, n=traces: drew(b, n), timeout=60, every=0.1)
+        check_blocks_follow_alphas(lab)
+        # the pick has reached the kernel once it answers this (its messages are handled in order)
+        kernel = lab.kernel_eval(notebook, "print(panel.views['blocks'].widget.revision, panel.scaler._cells['key'])")
+        assert kernel.split()[0] == revision() == drawn, (preset, kernel, drawn)  # no drawing by the kernel
+        assert kernel.split()[1].startswith(f"{preset}|"), kernel
+    assert lab.figure("blocks")["sig"] == qk4["sig"]  # the very state the kernel drew for qk4, at the same α
+
+
 def timed_moves(lab: Lab, control: Control, moves: int) -> list[dict]:
     """Move ``control`` back and forth ``moves`` times (one key press each) and time each input until its first own
     figure drew the new data (:meth:`Lab.timed`)."""
@@ -245,6 +267,7 @@ def test_notebook_draws_and_responds(notebook: str, lab: dict, browser, screensh
             # α changed no trace data: plotly.js got the same arrays and template objects again (figure.js keeps what
             # did not change), so it redrew colours, shapes and titles without recomputing the figure
             assert blocks.evaluate(KEPT_JS), "an α move handed plotly.js new data arrays: a full replot"
+            check_picks_in_the_page(page, notebook)
         timings["controls"] = time.monotonic() - t0
         check_clean(page, notebook)
     except AssertionError as exc:

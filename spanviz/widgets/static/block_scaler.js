@@ -14,6 +14,13 @@
 //
 // `_cells` belong to one figure revision (`_revision`): while the kernel is drawing another preset, layer or head
 // the revisions differ and the page leaves the figure alone (the kernel's own drawing has the new α already).
+//
+// Picks in the page: every state the kernel drew is kept here with its cells, under its pick's key ("preset|layer|
+// head", the dropdowns' labels). When the dropdowns name a kept state, the page draws it at once with the sliders'
+// α, after telling the kernel (PICKED, sent before the dropdown's own update), which then only stores the state it
+// computes for the pick. A pick not kept here waits for the kernel, as before.
+
+const PICKED = "spanviz-picked";
 
 function label(alpha) {
   return String(Number(alpha.toPrecision(6))); // Python's f"{alpha:g}" for the slider's values
@@ -28,19 +35,52 @@ async function bind(model, state) {
   const manager = model.widget_manager;
   const get = (ref) => manager.get_model(String(ref).replace(/^IPY_MODEL_/, ""));
   for (const s of state.sliders) s.off("change:value", state.apply);
+  for (const p of state.pickers) p.off("change:index", state.pick);
+  if (state.figure) state.figure.off("change:_revision", state.drawn);
   state.figure = await get(model.get("_figure"));
   state.sliders = await Promise.all(model.get("_sliders").map(get));
+  state.pickers = await Promise.all((model.get("_pickers") || []).map(get));
   for (const s of state.sliders) s.on("change:value", state.apply);
+  for (const p of state.pickers) p.on("change:index", state.pick);
+  state.figure.on("change:_revision", state.drawn);
+  state.kernelCells();
 }
 
-function rescale(model, state) {
-  const { figure, sliders } = state;
+// The cells of the state in the figure's model now: the kernel's, when they belong to its last drawing (kept for
+// later picks), else none (the kernel is drawing another pick and its cells are on their way).
+function kernelCells(model, state) {
+  const { figure } = state;
   const cells = model.get("_cells");
-  if (!figure || !cells || !cells.orders || model.get("_revision") !== figure.get("_revision")) return;
+  if (!figure || !cells || !cells.orders || model.get("_revision") !== figure.get("_revision")) {
+    state.cells = null;
+    return;
+  }
+  state.cells = cells;
+  if (cells.key) state.kept.set(cells.key, { data: figure.get("_data"), layout: figure.get("_layout"), cells });
+}
+
+function pickKey(pickers) {
+  return pickers.map((p) => (p.get("_options_labels") || [])[p.get("index")]).join("|");
+}
+
+function pick(model, state) {
+  const { figure, pickers } = state;
+  const key = pickKey(pickers);
+  const kept = state.kept.get(key);
+  if (!figure || !kept || (state.cells && state.cells.key === key)) return;
+  model.send({ kind: PICKED, key }); // before the dropdown's update leaves the page: the kernel will not redraw
+  state.cells = kept.cells;
+  figure.set({ _data: kept.data, _layout: kept.layout }); // local only, as below
+  rescale(state);
+}
+
+function rescale(state) {
+  const { figure, sliders, cells } = state;
+  if (!figure || !cells) return;
   const alphas = sliders.map((s) => Number(s.get("value")));
   const { names, orders, rel, zmax } = cells;
   const n = orders.length;
-  const dim = model.get("_dim");
+  const dim = state.dim;
   const data = figure.get("_data").slice();
   const layout = { ...figure.get("_layout") };
   orders.forEach((o, i) => {
@@ -68,10 +108,16 @@ function rescale(model, state) {
 
 export default {
   async initialize({ model }) {
-    const state = { figure: null, sliders: [] };
-    state.apply = () => rescale(model, state);
+    const state = { figure: null, sliders: [], pickers: [], cells: null, kept: new Map(), dim: model.get("_dim") };
+    state.apply = () => rescale(state);
+    state.pick = () => pick(model, state);
+    state.kernelCells = () => kernelCells(model, state);
+    // a new revision from the kernel: its cells follow (set_cells) — until then α waits for them
+    state.drawn = () => { if (model.get("_revision") !== state.figure.get("_revision")) state.cells = null; };
     await bind(model, state);
-    model.on("change:_figure change:_sliders", () => bind(model, state));
+    model.on("change:_figure change:_sliders change:_pickers", () => bind(model, state));
+    model.on("change:_cells change:_revision", state.kernelCells);
+    model.on("change:_dim", () => { state.dim = model.get("_dim"); });
     model.set("live", true);
     model.save_changes();
   },
