@@ -15,7 +15,6 @@ import torch
 
 from spanviz import plots, widgets
 from spanviz.widgets.figure_widget import SEEN, PlotlyFigure, encode
-from spanviz.widgets.block_scaler import PICKED
 from spanviz.model import GPTConfig
 from spanviz.runner import Job, Runner, append_rows
 from spanviz.train import TrainConfig
@@ -213,29 +212,17 @@ def test_spans_head_and_preset_pickers(spans_panel):
     assert angles.revision > angles_revision
 
 
-def test_spans_pick_the_page_drew_is_stored_not_redrawn():
-    """block_scaler.js draws a preset/layer/head it kept and says so before the dropdown's update: the kernel then
-    stores the same state (no new revision, no second drawing); any other pick it draws itself."""
+def test_spans_states_are_keyed_by_their_pick():
+    """block_scaler.js keeps each state the kernel draws under its pick, "preset|layer|head" as the dropdowns'
+    labels read, with the cells α needs."""
     panel = widgets.SpansPanel(SMALL, static=False)
     blocks, scaler = panel.views["blocks"].widget, panel.scaler
-    assert scaler._cells["key"] == "kv8|0|0"  # the page keeps each drawn state under its pick
-    panel.controls["head"].value = 1  # not seen by the page: the kernel draws it
-    assert blocks.revision == 2 and scaler._cells["key"] == "kv8|0|1" and scaler._revision == blocks.revision
-    kernel_state = ([dict(t) for t in blocks.data], dict(blocks.figure_layout))
-    panel.controls["head"].value = 0
-    revision = blocks.revision
-    scaler._handle_custom_msg({"kind": PICKED, "key": "kv8|0|1"}, [])  # the page drew head 1 from what it kept
+    assert scaler._cells["key"] == "kv8|0|0" and scaler._revision == blocks.revision
     panel.controls["head"].value = 1
-    assert blocks.revision == revision and scaler._revision == revision  # stored, not drawn again
-    assert scaler._cells["key"] == "kv8|0|1"
-    assert [t["name"] for t in blocks.data] == [t["name"] for t in kernel_state[0]]
-    np.testing.assert_array_equal(blocks.data[0]["z"], kernel_state[0][0]["z"])  # the state of head 1
-    assert blocks.figure_layout == kernel_state[1]
-    scaler._handle_custom_msg({"kind": PICKED, "key": "kv8|0|1"}, [])  # a report for another pick ...
     panel.controls["preset"].value = "qk4"
-    assert blocks.revision == revision + 1  # ... does not stop the kernel drawing this one
-    panel.controls["preset"].value = "kv8"
-    assert blocks.revision == revision + 2  # each report answers one pick
+    assert scaler._cells["key"] == "qk4|0|1" and scaler._revision == blocks.revision
+    assert "|".join(c.label for c in scaler._pickers) == scaler._cells["key"]
+    assert scaler._cells["names"] == ["S1", "S2", "S3", "S4"]
 
 
 # -------------------------------------------------------------------------------- local/global, FP8 views

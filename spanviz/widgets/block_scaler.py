@@ -14,9 +14,9 @@ not run (no front end, a static figure), nothing changes: the kernel redraws.
 The same module draws a preset, layer or head that the kernel has drawn before at once, without a round trip: it
 keeps each figure state the kernel drew with its cells, keyed by "preset|layer|head" (the states the page has
 received anyway: nothing more is sent), and when a pick in the page's dropdowns names a kept one it puts that state
-into the figure's model with the sliders' α applied. It tells the kernel first ("spanviz-picked", before the
-dropdown's own update goes out), so that the kernel stores the state it computes for that pick without asking the
-page to draw it again (:meth:`BlockScaler.picked_in_page`). A pick the page has not seen is drawn by the kernel.
+into the figure's model with the sliders' α applied. The kernel draws the pick as always, moments later: the same
+state, which the figure's view (figure.js) recognises as the one it has drawn and does not hand to plotly.js again.
+A pick the page has not seen is drawn by the kernel.
 
 The kernel and the page compute the same figure: the module applies the rules of
 :func:`spanviz.plots.span_blocks.span_blocks_layout` (:func:`~spanviz.plots.span_blocks.span_block_color_range`,
@@ -37,9 +37,6 @@ import traitlets as T
 
 from spanviz.widgets.figure_widget import PlotlyFigure
 from spanviz.plots.span_blocks import DIM_OPACITY, order_coloraxis
-
-PICKED = "spanviz-picked"
-"""The page's message to the kernel: it has drawn the state it kept for a pick (``{"kind", "key"}``)."""
 
 
 class BlockScaler(anywidget.AnyWidget):
@@ -70,19 +67,6 @@ class BlockScaler(anywidget.AnyWidget):
     def __init__(self, figure: PlotlyFigure, sliders: Sequence[W.Widget], pickers: Sequence[W.Widget] = ()) -> None:
         super().__init__(_figure=figure, _sliders=list(sliders), _pickers=list(pickers),
                          layout=W.Layout(display="none"))
-        self._picked: str | None = None
-        self.on_msg(self._answer)
-
-    def _answer(self, _widget: Any, content: Any, _buffers: Any) -> None:
-        """The page drew the state it kept for a pick (block_scaler.js), before the pick reaches the kernel."""
-        if isinstance(content, dict) and content.get("kind") == PICKED and isinstance(content.get("key"), str):
-            self._picked = content["key"]
-
-    def picked_in_page(self, key: str) -> bool:
-        """True when the page has drawn the state of this pick itself (the kernel then only stores its state, with
-        ``redraw=False``); each report of the page answers one pick."""
-        drawn, self._picked = self._picked == key, None
-        return drawn
 
     def set_cells(self, cells: Mapping[str, Any], layout: Mapping[str, Any], key: str = "") -> None:
         """What α changes in the figure now shown (from :func:`spanviz.plots.span_blocks.span_block_cells`): block

@@ -259,15 +259,13 @@ class SpansPanel(Panel):
         cached); the angles view only when the layer or head changed. Blocks are cached per (preset, layer),
         heatmaps per head and figures per block structure, so a preset, layer or head seen before costs no tensor
         work and no figure construction. In a page, a pick the kernel has drawn before is drawn there at once
-        (:class:`BlockScaler` keeps the states it received); the kernel then only stores the same state."""
+        (:class:`BlockScaler` keeps the states it received); this redraw, of the same state, then changes nothing."""
         # "computing…" only where there is tensor work ahead: for a head seen before, its message and the frame the
         # page spends drawing it would only delay the figure (by 15–30 ms in JupyterLab on 2 cores)
         cached = self._key() in self._cells
         with contextlib.nullcontext() if cached else computing(self.busy, "the blocks"), analytic_threads():
             key = self._load_head()
-            # a pick the page has drawn itself from the state it kept (BlockScaler): only store the same state here
-            drawn = self.scaler is not None and self.scaler.picked_in_page(pick_key(key))
-            self.views["blocks"].show(*self._blocks_state(), redraw=not drawn)
+            self.views["blocks"].show(*self._blocks_state())
             if self.scaler is not None:
                 self.scaler.set_cells(self._cells[key], self.views["blocks"].layout, pick_key(key))
             if self._angles_shown != key[1:]:  # angles depend on layer and head, not on the preset

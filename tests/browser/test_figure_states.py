@@ -173,7 +173,10 @@ def test_a_figure_lays_out_again_for_a_new_width_not_for_its_own_new_height(lab:
         "rows = W.IntSlider(value=1, min=1, max=3, description='rows')\n"
         "rows.observe(lambda ch: view.show([{'type': 'scatter', 'y': list(range(ch['new'] + 2))}],\n"
         "                                  {**view.layout, 'height': 150 + 150 * ch['new']}), names='value')\n"
-        "W.VBox([rows, view.widget])"))
+        "scale = W.IntSlider(value=1, min=1, max=3, description='scale')  # new data, the same layout\n"
+        "scale.observe(lambda ch: view.show([{'type': 'scatter', 'y': [ch['new'] * y for y in view.data[0]['y']]}],\n"
+        "                                   view.layout), names='value')\n"
+        "W.VBox([rows, scale, view.widget])"))
     page = Lab(browser, lab)
     try:
         page.open(name)
@@ -194,7 +197,12 @@ def test_a_figure_lays_out_again_for_a_new_width_not_for_its_own_new_height(lab:
         finally:
             page.page.set_viewport_size(size)
         assert narrower["resizes"] > taller["resizes"] and abs(narrower["width"] - narrower["box"]) < 2, narrower
-        assert abs(narrower["height"] - 450) < 1, narrower  # a new width keeps the layout's height
+        assert abs(narrower["height"] - 450) < 1, narrower  # a new width keeps the layout's height ...
+        before = page.figure("tall")
+        page.move_slider("scale", "ArrowRight")
+        page.wait_figure_change("tall", before, "scale 1 → 2")
+        rescaled = page.page.evaluate(RESIZES_JS)
+        assert abs(rescaled["height"] - 450) < 1, rescaled  # ... and so does the next redraw of the same layout
         assert not page.errors, "JavaScript errors:\n" + "\n".join(page.errors)
     finally:
         page.close()

@@ -152,25 +152,38 @@ def check_blocks_follow_alphas(lab: Lab) -> None:
     assert max(drawn["bars"]) < drawn["top"]
 
 
-def check_picks_in_the_page(lab: Lab, notebook: str) -> None:
-    """A preset the kernel has drawn before (for this layer and head) is drawn by the page from the state it kept
-    (block_scaler.js), with the sliders' α; the kernel stores the same state without drawing it again."""
-    def revision() -> str | None:
-        return lab.page.locator(f"{ACTIVE} .spanviz-view-blocks .js-plotly-plot").first.get_attribute("data-revision")
+# Before a pick: note the first drawing of the blocks figure that follows (its revision number and traces) and count
+# plotly.js's redraws of it (plotly_react events) from now on.
+PICK_PROBE_JS = """(gd) => {
+  if (!gd.__reacts) { gd.__reacts = {n: 0}; gd.on('plotly_react', () => { gd.__reacts.n += 1; }); }
+  const probe = window.__pick = {first: null, reacts: gd.__reacts.n};
+  const seen = new MutationObserver(() => {
+    seen.disconnect();
+    probe.first = {revision: gd.dataset.revision, traces: gd.data.length};
+  });
+  seen.observe(gd, {attributes: true, attributeFilter: ['data-revision']});
+}"""
 
-    def drew(before: dict, traces: int) -> bool:
-        return (f := lab.figure("blocks"))["sig"] != before["sig"] and f["traces"] == traces
 
-    qk4, drawn = lab.figure("blocks"), revision()  # qk4 as the kernel drew it, rescaled by the page for the α move
+def check_picks_in_the_page(lab: Lab) -> None:
+    """A preset the kernel has drawn before (for this layer and head) is drawn by the page at once, from the state it
+    kept (block_scaler.js), with the sliders' α; the kernel's own drawing of the pick, moments later, is the very
+    same state, and figure.js does not hand it to plotly.js again."""
+    gd = lab.page.locator(f"{ACTIVE} .spanviz-view-blocks .js-plotly-plot").first
+    qk4 = lab.figure("blocks")  # qk4 as the kernel drew it, rescaled by the page for the α move
     for preset, traces in (("kv8", 8 + 1), ("qk4", 4 + 1)):  # kv8 at this layer and head: drawn for the layer pick
-        before = lab.figure("blocks")
+        revision = int(gd.get_attribute("data-revision"))
+        gd.evaluate(PICK_PROBE_JS)
         lab.select("preset", preset)
-        lab.wait_until(f"the blocks of {preset}", lambda b=before, n=traces: drew(b, n), timeout=60, every=0.1)
+        first = lab.wait_until(f"the blocks of {preset}", lambda: lab.page.evaluate("window.__pick.first"),
+                               timeout=60, every=0.05)
+        # drawn before the kernel's answer (which brings the next revision), with the new blocks
+        assert first == {"revision": str(revision), "traces": traces}, (preset, revision, first)
         check_blocks_follow_alphas(lab)
-        # the pick has reached the kernel once it answers this (its messages are handled in order)
-        kernel = lab.kernel_eval(notebook, "print(panel.views['blocks'].widget.revision, panel.scaler._cells['key'])")
-        assert kernel.split()[0] == revision() == drawn, (preset, kernel, drawn)  # no drawing by the kernel
-        assert kernel.split()[1].startswith(f"{preset}|"), kernel
+        lab.wait_until(f"the kernel's drawing of {preset}", lambda r=revision: gd.get_attribute("data-revision") == str(
+            r + 1), timeout=60, every=0.05)
+        assert lab.page.evaluate("window.__pick.reacts") + 1 == gd.evaluate("gd => gd.__reacts.n"), (
+            f"{preset}: the kernel's drawing of the pick differs from the page's, or was handed to plotly.js again")
     assert lab.figure("blocks")["sig"] == qk4["sig"]  # the very state the kernel drew for qk4, at the same α
 
 
@@ -267,7 +280,7 @@ def test_notebook_draws_and_responds(notebook: str, lab: dict, browser, screensh
             # α changed no trace data: plotly.js got the same arrays and template objects again (figure.js keeps what
             # did not change), so it redrew colours, shapes and titles without recomputing the figure
             assert blocks.evaluate(KEPT_JS), "an α move handed plotly.js new data arrays: a full replot"
-            check_picks_in_the_page(page, notebook)
+            check_picks_in_the_page(page)
         timings["controls"] = time.monotonic() - t0
         check_clean(page, notebook)
     except AssertionError as exc:

@@ -17,10 +17,8 @@
 //
 // Picks in the page: every state the kernel drew is kept here with its cells, under its pick's key ("preset|layer|
 // head", the dropdowns' labels). When the dropdowns name a kept state, the page draws it at once with the sliders'
-// α, after telling the kernel (PICKED, sent before the dropdown's own update), which then only stores the state it
-// computes for the pick. A pick not kept here waits for the kernel, as before.
-
-const PICKED = "spanviz-picked";
+// α. The kernel draws the same pick moments later, the same state: figure.js sees nothing changed and leaves the
+// plot as it is. A pick not kept here waits for the kernel, as before.
 
 function label(alpha) {
   return String(Number(alpha.toPrecision(6))); // Python's f"{alpha:g}" for the slider's values
@@ -63,12 +61,11 @@ function pickKey(pickers) {
   return pickers.map((p) => (p.get("_options_labels") || [])[p.get("index")]).join("|");
 }
 
-function pick(model, state) {
+function pick(state) {
   const { figure, pickers } = state;
   const key = pickKey(pickers);
   const kept = state.kept.get(key);
   if (!figure || !kept || (state.cells && state.cells.key === key)) return;
-  model.send({ kind: PICKED, key }); // before the dropdown's update leaves the page: the kernel will not redraw
   state.cells = kept.cells;
   figure.set({ _data: kept.data, _layout: kept.layout }); // local only, as below
   rescale(state);
@@ -110,7 +107,7 @@ export default {
   async initialize({ model }) {
     const state = { figure: null, sliders: [], pickers: [], cells: null, kept: new Map(), dim: model.get("_dim") };
     state.apply = () => rescale(state);
-    state.pick = () => pick(model, state);
+    state.pick = () => pick(state);
     state.kernelCells = () => kernelCells(model, state);
     // a new revision from the kernel: its cells follow (set_cells) — until then α waits for them
     state.drawn = () => { if (model.get("_revision") !== state.figure.get("_revision")) state.cells = null; };

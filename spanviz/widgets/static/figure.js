@@ -247,6 +247,7 @@ function decoder() {
   // makes plotly.js recompute and redraw the whole figure. With the old objects kept, only the traces whose data
   // changed are recomputed, and a change of layout values alone (the spans blocks when an α slider moves: colour
   // ranges, rectangles, titles) is redrawn without a full replot: ~15 ms instead of ~60 ms in JupyterLab.
+  // `unchanged`: the whole state equals the last one (e.g. the kernel's redraw of what block_scaler.js drew already).
   let cache = new Map();
   return (state) => {
     const next = new Map();
@@ -289,9 +290,9 @@ function decoder() {
       next.set(path, kept);
       return [kept.decoded, same];
     };
-    const [decoded] = decode(state, "");
+    const [decoded, unchanged] = decode(state, "");
     cache = next;
-    return decoded;
+    return { decoded, unchanged };
   };
 }
 
@@ -326,6 +327,7 @@ async function render({ model, el }) {
   }
   status.clear();
   const decode = decoder();
+  let drawnOk = false; // the last decoded state is the one on screen (its Plotly.react succeeded)
   let drawnWidth = -1; // the width the figure was last laid out at (its height is the layout's own)
   let queued = false;
   let stale = false;
@@ -346,11 +348,19 @@ async function render({ model, el }) {
       const readAt = performance.now();
       try {
         const revision = model.get("_revision");
-        const { data, layout } = decode({ data: model.get("_data"), layout: model.get("_layout") });
+        const { decoded, unchanged } = decode(
+          { data: model.get("_data"), layout: model.get("_layout"), config: model.get("_config") });
+        const { data, layout, config } = decoded;
         // A responsive figure fills its element's height, and this element has none of its own: without a height in
         // the layout the figure would collapse to nothing at its first update. plotly's default height, then.
         if (layout.height === undefined) layout.height = 450;
-        await Plotly.react(div, data, layout, model.get("_config"));
+        // The very state on screen already (a page-side redraw the kernel repeats): even a Plotly.react that finds
+        // nothing to change runs plotly.js's defaults over the whole figure (~10 ms for the spans blocks).
+        if (!(unchanged && drawnOk)) {
+          drawnOk = false;
+          await Plotly.react(div, data, layout, config);
+          drawnOk = true;
+        }
         drawnWidth = div.offsetWidth;
         div.dataset.revision = String(revision);
         status.clear();
