@@ -82,12 +82,13 @@ def signed(x: Any, digits: int = 2) -> str:
 
 def sig(x: Any, digits: int = 2) -> str:
     """``digits`` significant figures; below 10⁻³ as m·10⁻ⁿ, from 10^digits on as a grouped integer:
-    sig(0.0084) → "0.0084", sig(1.03e-4) → "1.0·10⁻⁴", sig(0.9) → "0.90", sig(15031.4, 3) → "15 031"."""
+    sig(0.0084) → "0.0084", sig(1.03e-4) → "1.0·10⁻⁴", sig(0.9) → "0.90", sig(15031.4, 3) → "15 031",
+    sig(99.6) → "100" (not "1.0e+02")."""
     x = _check_number(x, "sig")
     if x != 0 and abs(x) < 1e-3:
         mantissa, exponent = f"{x:.{digits - 1}e}".split("e")
         return f"{mantissa}·10{str(int(exponent)).translate(SUPERSCRIPT)}".replace("-", MINUS, 1)
-    if abs(x) >= 10**digits:  # no exponent for large numbers: 15031 → "15 031"
+    if abs(float(f"{x:.{digits}g}")) >= 10**digits:  # no exponent for large numbers: 15031 → "15 031", 99.6 → "100"
         return grouped(x)
     return f"{x:#.{digits}g}".rstrip(".").replace("-", MINUS)
 

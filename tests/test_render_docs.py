@@ -303,6 +303,7 @@ def test_a_missing_or_failed_bench_section_is_named(tmp_path, cpu_bench):
 @pytest.mark.parametrize(("value", "expected"), [
     (0.3743, "0.37"), (0.899, "0.90"), (1.0, "1.0"), (0.0084, "0.0084"), (0.001, "0.0010"), (1.0277e-4, "1.0·10⁻⁴"),
     (4.1e-5, "4.1·10⁻⁵"), (-10.3485, "−10"), (0.0625, "0.062"), (15031.4, "15 031"),
+    (99.6, "100"), (-99.96, "−100"), (99.4, "99"),
 ])
 def test_significant_figures(value, expected):
     assert render_docs.sig(value) == expected
