@@ -354,9 +354,10 @@ async function render({ model, el }) {
         // A responsive figure fills its element's height, and this element has none of its own: without a height in
         // the layout the figure would collapse to nothing at its first update. plotly's default height, then.
         if (layout.height === undefined) layout.height = 450;
-        // The very state on screen already (a page-side redraw the kernel repeats): even a Plotly.react that finds
-        // nothing to change runs plotly.js's defaults over the whole figure (~10 ms for the spans blocks).
-        if (!(unchanged && drawnOk)) {
+        // The very state on screen already, at the same width (a page-side redraw the kernel repeats): even a
+        // Plotly.react that finds nothing to change runs plotly.js's defaults over the whole figure (~10 ms for the
+        // spans blocks). A figure shown again at another width is laid out again.
+        if (!(unchanged && drawnOk && div.offsetWidth === drawnWidth)) {
           drawnOk = false;
           await Plotly.react(div, data, layout, config);
           drawnOk = true;
