@@ -12,7 +12,7 @@ import pytest
 import numpy as np
 import torch
 
-from spanviz import bench
+from spanviz import bench, provenance
 from spanviz.bench import core, widgets
 from spanviz.bench.notebooks import bench_notebooks, notebook_runs
 from spanviz.bench.spans import bench_growth, bench_spans, growth_table, peak_rss
@@ -153,6 +153,7 @@ def test_quick_measures_issue_23s_table_and_says_how_to_run_the_rest(monkeypatch
     for name in ("ls", "fp8", "notebooks", "sweep"):
         assert f"spanviz bench --only {name}" in res[name]["skipped"]
     assert res["environment"]["quick_measures"] == bench.QUICK
+    assert res["environment"]["code"] == provenance.code_identity()  # the JSON says which code it measured
     calls.clear()
     res = bench.run_benchmarks(only="ls,core,sweep", device="cpu", quick=True)
     assert calls == {"ls": dict(quick=True, focus=False, browser=False), "core": dict(quick=True, focus=False,

@@ -39,6 +39,7 @@ from collections.abc import Callable
 import torch
 
 from spanviz.bench.core import one_thread
+from spanviz.provenance import code_identity
 
 try:
     import resource
@@ -126,6 +127,7 @@ def run_benchmarks(
             "device": device,
             "cuda_device": torch.cuda.get_device_name() if device.startswith("cuda") else None,
             "quick": quick,
+            "code": code_identity(),  # what ran: spanviz version, git commit (and whether dirty), source digest
         }
     }
     focus = quick and only is None  # --quick alone: issue 23's table (QUICK)
