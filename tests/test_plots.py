@@ -10,7 +10,7 @@ from spanviz import plots
 from spanviz.plots.common import layer_series, series
 from spanviz.plots.curves import seed_band
 from spanviz.plots.fp8 import STRATEGY_COLORS, bound_color
-from spanviz.plots.local_global import head_masks_data
+from spanviz.plots.local_global import head_mask_columns, head_masks_data, mask_gap
 from spanviz.plots.span_blocks import DIM_OPACITY, span_block_cells, span_blocks_data, span_blocks_layout
 from spanviz.spans.demos import span_toy
 
@@ -220,16 +220,29 @@ def test_span_toy_figure_scaled_arrow():
 
 # ------------------------------------------------------------------------------------ local/global heads
 def test_head_masks_figure_whole_masks_then_zoom():
+    """One heatmap per row: the heads side by side (NaN columns between them), each in the columns
+    head_mask_columns names; categories say head, key and query; a title over each head."""
     T = 5
     causal = np.tril(np.ones((T, T), bool))
     local = causal & (np.arange(T)[:, None] - np.arange(T)[None, :] < 2)
     masks = np.stack([local, causal, causal])
     fig = plots.head_masks_figure(masks, labels=["local", "global", "global"], zoom=3)
-    assert len(fig.data) == 3 + 3
-    np.testing.assert_array_equal(fig.data[0].z, local.astype(float))
-    np.testing.assert_array_equal(fig.data[3].z, local[:3, :3].astype(float))  # head 0, cell by cell
+    assert [t.type for t in fig.data] == ["heatmap", "heatmap"]
+    assert (fig.data[0].xaxis, fig.data[1].xaxis) == ("x", "x2")
+    whole, zoom = (np.asarray(t.z, dtype=float) for t in fig.data)
+    cols, zcols = head_mask_columns(3, T), head_mask_columns(3, 3)
+    assert whole.shape == (T, 3 * T + 2 * mask_gap(T)) and zoom.shape == (3, 3 * 3 + 2 * mask_gap(3))
+    for h in range(3):
+        np.testing.assert_array_equal(whole[:, cols[h]], masks[h].astype(float))
+        np.testing.assert_array_equal(zoom[:, zcols[h]], masks[h, :3, :3].astype(float))  # cell by cell
+        assert list(fig.data[0].x[cols[h]]) == [f"head {h}, key {j}" for j in range(T)]
+    assert np.isnan(whole[:, cols[0].stop:cols[1].start]).all()  # the gap: drawn empty
+    assert list(fig.data[0].y) == [f"query {i}" for i in range(T)]
+    assert len(set(fig.data[0].x)) == len(fig.data[0].x)  # distinct categories: none merged
     assert [a.text for a in fig.layout.annotations] == ["local", "global", "global"] + ["positions 0–2"] * 3
-    assert len(plots.head_masks_figure(masks, zoom=None).data) == 3
+    centres = [a.x for a in fig.layout.annotations[:3]]
+    assert centres == [(c.start + c.stop - 1) / 2 for c in cols]  # each title over its head
+    assert len(plots.head_masks_figure(masks, zoom=None).data) == 1
     with pytest.raises(ValueError, match="H=3"):
         plots.head_masks_figure(masks, labels=["a"])
     with pytest.raises(ValueError, match=r"\(H, T, T\)"):
@@ -237,11 +250,12 @@ def test_head_masks_figure_whole_masks_then_zoom():
 
 
 def test_head_masks_large_context_shows_block_means():
-    T = 512
+    T = 510
     causal = np.tril(np.ones((1, T, T), bool))
     (whole,) = head_masks_data(causal, max_cells=128)
     assert whole["z"].shape == (128, 128)
-    np.testing.assert_array_equal(whole["x"][:3], [0, 4, 8])  # each cell: 4 × 4 positions
+    assert whole["x"][:2] == ["head 0, keys 0–3", "head 0, keys 4–7"]  # each cell: 4 × 4 positions
+    assert whole["x"][-1] == "head 0, keys 508–509" and whole["y"][-1] == "queries 508–509"  # the last is cut at T
     assert whole["z"][0, 0] == pytest.approx(10 / 16)  # the diagonal block of a causal mask: 10 of 16 allowed
     assert whole["z"][5, 0] == 1.0 and whole["z"][0, 5] == 0.0
 

@@ -19,6 +19,7 @@ from spanviz.model import GPTConfig
 from spanviz.runner import Job, Runner, append_rows
 from spanviz.train import TrainConfig
 from spanviz.plots.common import series
+from spanviz.plots.local_global import head_mask_columns
 from spanviz.plots.span_blocks import DIM_OPACITY
 from spanviz.plots.spans import subspace_angles_data
 from spanviz.widgets.figures import use_static
@@ -102,7 +103,8 @@ def test_static_fallback_chosen_under_env_override(monkeypatch):
     panel.controls["window"].value = 2
     after = view.widget.outputs[0]["data"]["application/vnd.plotly.v1+json"]
     assert before != after  # re-rendered with the new masks
-    np.testing.assert_array_equal(view.figure.data[0].z, panel.masks()[0].astype(float))
+    head0 = head_mask_columns(SMALL.n_head, panel.masks().shape[1])[0]
+    np.testing.assert_array_equal(np.asarray(view.figure.data[0].z)[:, head0], panel.masks()[0].astype(float))
 
 
 def test_figure_view_patches_and_rebuilds_in_the_same_widget():
@@ -233,16 +235,17 @@ def test_local_global_masks_follow_sliders():
     assert "T = 16" in fig.figure_layout["title"]["text"]
     panel.controls["n_local"].value = 1
     panel.controls["window"].value = 3
-    z = np.asarray(fig.data[0]["z"])
     T = 16
+    cols, zcols = head_mask_columns(SMALL.n_head, T), head_mask_columns(SMALL.n_head, min(MASK_ZOOM, T))
+    whole, zoom = (np.asarray(t["z"]) for t in fig.data)  # one row of heads each: whole masks, first positions
+    z = whole[:, cols[0]]
     i, j = np.arange(T)[:, None], np.arange(T)[None, :]
     np.testing.assert_array_equal(z, ((j <= i) & (i - j < 3)).astype(float))
-    np.testing.assert_array_equal(np.asarray(fig.data[1]["z"]), (j <= i).astype(float))  # head 1 global
-    zoom = SMALL.n_head  # the zoom row follows the whole masks: cell by cell, first positions
-    np.testing.assert_array_equal(fig.data[zoom]["z"], z[: MASK_ZOOM, : MASK_ZOOM])
+    np.testing.assert_array_equal(whole[:, cols[1]], (j <= i).astype(float))  # head 1 global
+    np.testing.assert_array_equal(zoom[:, zcols[0]], z[: MASK_ZOOM, : MASK_ZOOM])  # the zoom follows
     assert fig.figure_layout["annotations"][0]["text"] == "head 0: local (p=3)"
     panel.controls["n_local"].value = 0
-    np.testing.assert_array_equal(np.asarray(fig.data[0]["z"]), (j <= i).astype(float))
+    np.testing.assert_array_equal(np.asarray(fig.data[0]["z"])[:, cols[0]], (j <= i).astype(float))
     assert fig.figure_layout["annotations"][0]["text"] == "head 0: global"
 
 
