@@ -228,3 +228,26 @@ def test_full_growth_times_more_rounds_where_a_step_is_cheap(monkeypatch):
     res = bench_growth(rss=False)
     assert {T: row["rounds"] for T, row in res["T"].items()} == {128: 16, 256: 8, 512: 4, 1024: 4}
     assert "rounds" not in res["timing"] and res["timing"]["clock"]
+
+
+def test_first_picks_visit_every_spans_pick_once_one_dropdown_at_a_time():
+    """The browser bench's first visits: from the spans panel's first pick, each step changes one dropdown to a
+    value it offers and lands on a (preset, layer, head) not visited before, until all of them are — so every
+    measured pick waits for the kernel — and the sequence is measured before the controls that revisit picks."""
+    from spanviz.bench.browser import BROWSER_CONTROLS, FIRST_PICKS
+    from spanviz.spans.config import PRESETS
+
+    model = widgets.NOTEBOOK_MODELS["spans"]
+    options = {"preset": list(PRESETS), "layer": [str(i) for i in range(model["n_layer"])],
+               "head": [str(h) for h in range(model["n_head"])]}
+    pick = {"preset": "kv8", "layer": "0", "head": "0"}  # SpansPanel's first pick
+    seen = {tuple(pick.values())}
+    for label, value in FIRST_PICKS:
+        assert value in options[label] and value != pick[label], (label, value, pick)
+        pick[label] = value
+        key = tuple(pick.values())
+        assert key not in seen, key
+        seen.add(key)
+    assert len(seen) == len(options["preset"]) * len(options["layer"]) * len(options["head"])
+    spans_controls = [n for n in BROWSER_CONTROLS if n.startswith("spans_")]
+    assert spans_controls[0] == "spans_first_pick" and BROWSER_CONTROLS["spans_first_pick"][3] == FIRST_PICKS

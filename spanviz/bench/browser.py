@@ -119,8 +119,17 @@ def jupyter_lab(base: Path, env: Mapping[str, str], notebooks: Sequence[Path] = 
 
 
 # ------------------------------------------------------------------------------------- latency in the page
-# For each control: (panel, kind, label in the page, the two values it alternates between, the view it redraws).
+# For each control: (panel, kind, label in the page, the two values it alternates between, the view it redraws);
+# kind "picks": a sequence of (dropdown label, value) picks instead, each measured (FIRST_PICKS).
+FIRST_PICKS = (("preset", "qkv8"), ("preset", "qk4"), ("head", "1"), ("preset", "qkv8"), ("preset", "kv8"),
+               ("layer", "1"), ("preset", "qkv8"), ("preset", "qk4"), ("head", "0"), ("preset", "qkv8"),
+               ("preset", "kv8"))
+"""The spans panel's first visits: from its first pick (kv8, layer 0, head 0), one dropdown at a time, every
+(preset, layer, head) of the notebook model (3 presets × 2 layers × 2 heads) once — each pick one the page has not
+been sent, so it waits for the kernel (no warm-up input: each is a first time)."""
+
 BROWSER_CONTROLS = {
+    "spans_first_pick": ("spans", "picks", "", FIRST_PICKS, "blocks"),  # first, while every pick is new
     "spans_alpha": ("spans", "slider", "α1", ("ArrowRight", "ArrowLeft"), "blocks"),
     "spans_layer": ("spans", "select", "layer", ("1", "0"), "blocks"),
     "spans_head": ("spans", "select", "head", ("1", "0"), "blocks"),
@@ -174,7 +183,8 @@ def bench_browser(
         models: ``{"spans" | "masks" | "fp8": GPTConfig keyword arguments}`` of the panels (context_length is
             replaced by each T).
         contexts: the context lengths T to measure at.
-        repeats: inputs per control (alternating between two values), after one warm-up input.
+        repeats: inputs per control (alternating between two values), after one warm-up input; the spans panel's
+            first visits (``spans_first_pick``) are the :data:`FIRST_PICKS` instead, each counted.
         controls: names from :data:`BROWSER_CONTROLS` (default: all).
     Returns:
         ``{"T64": {control: {"wall_ms": [latency in ms, one per input], "page_thread_cpu_ms": [...],
@@ -190,6 +200,7 @@ def bench_browser(
     unknown = [n for n in names if n not in BROWSER_CONTROLS]
     if unknown:
         raise ValueError(f"controls: unknown {unknown}; allowed: {sorted(BROWSER_CONTROLS)}")
+    names.sort(key=lambda n: n != "spans_first_pick")  # first visits before any control revisits a pick
     chromium = chromium_path()
     if chromium is None:
         return {"skipped": "no Chromium found (install Debian's chromium, or set SPANVIZ_CHROMIUM)"}
@@ -232,22 +243,30 @@ def _measure_notebook(page: Any, url: str, notebook: str, names: Sequence[str], 
         metrics = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
         return {k: metrics[k] for k in ("ThreadTime", "ProcessTime") if k in metrics}
 
-    for name in names:
-        _panel, kind, label, values, view = BROWSER_CONTROLS[name]
+    def control(kind: str, label: str) -> Any:
         rx = re.compile(rf"^{re.escape(label)}$")
         if kind == "slider":
             box = page.locator(".widget-slider").filter(has=page.locator(".widget-label", has_text=rx)).first
-            target = box.locator(".noUi-handle").first
-        else:
-            box = page.locator(".widget-dropdown").filter(has=page.locator("label", has_text=rx)).first
-            target = box.locator("select")
-        target.scroll_into_view_if_needed()
+            return box.locator(".noUi-handle").first
+        box = page.locator(".widget-dropdown").filter(has=page.locator("label", has_text=rx)).first
+        return box.locator("select")
+
+    for name in names:
+        _panel, kind, label, values, view = BROWSER_CONTROLS[name]
+        if kind == "picks":  # each pick measured, none a warm-up
+            inputs = [("select", control("select", lab), value) for lab, value in values]
+        else:  # the first input warms caches up and is not counted
+            target = control(kind, label)
+            # a dropdown already at the first value (left there by an earlier control) starts at the second: a pick
+            # of the value shown changes nothing and would never be drawn
+            shift = int(kind == "select" and target.evaluate("(s) => s.options[s.selectedIndex].text") == values[0])
+            inputs = [(kind, target, values[(i + shift) % 2]) for i in range(repeats + 1)]
+        inputs[0][1].scroll_into_view_if_needed()
         times: dict[str, list[float]] = {"wall_ms": [], "page_thread_cpu_ms": [], "page_process_cpu_ms": []}
-        for i in range(repeats + 1):  # the first input warms caches up and is not counted
-            value = values[i % 2]
+        for i, (how, target, value) in enumerate(inputs):
             page.evaluate(_ARM_JS, view)
             cpu0 = renderer_cpu()
-            if kind == "slider":
+            if how == "slider":
                 target.focus()
                 target.press(value)
             else:
@@ -256,7 +275,7 @@ def _measure_notebook(page: Any, url: str, notebook: str, names: Sequence[str], 
                                    timeout=120_000)
             cpu1 = renderer_cpu()
             timing = page.evaluate("window.__spanvizBench")
-            if i:
+            if i or kind == "picks":
                 times["wall_ms"].append(timing["drawn"] - timing["input"])
                 for key, metric in (("page_thread_cpu_ms", "ThreadTime"), ("page_process_cpu_ms", "ProcessTime")):
                     if metric in cpu0 and metric in cpu1:
