@@ -232,8 +232,8 @@ def test_full_growth_times_more_rounds_where_a_step_is_cheap(monkeypatch):
 
 def test_first_picks_visit_every_spans_pick_once_one_dropdown_at_a_time():
     """The browser bench's first visits: from the spans panel's first pick, each step changes one dropdown to a
-    value it offers and lands on a (preset, layer, head) not visited before, until all of them are — so every
-    measured pick waits for the kernel — and the sequence is measured before the controls that revisit picks."""
+    value it offers and lands on a (preset, layer, head) not visited before, until all of them are — every measured
+    pick a first visit — and the sequence is measured before the controls that revisit picks."""
     from spanviz.bench.browser import BROWSER_CONTROLS, FIRST_PICKS
     from spanviz.spans.config import PRESETS
 

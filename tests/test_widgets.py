@@ -24,6 +24,7 @@ from spanviz.plots.span_blocks import DIM_OPACITY
 from spanviz.plots.spans import subspace_angles_data
 from spanviz.widgets.figures import use_static
 from spanviz.widgets.local_global import MASK_ZOOM
+from spanviz.widgets import spans as spans_widget
 from spanviz.widgets.specs import default_data
 
 SMALL = GPTConfig(vocab_size=64, context_length=24, n_layer=1, n_head=2, d_model=32)  # d_head 16 < T 24
@@ -225,6 +226,31 @@ def test_spans_states_are_keyed_by_their_pick():
     assert scaler._cells["key"] == "qk4|0|1" and scaler._revision == blocks.revision
     assert "|".join(c.label for c in scaler._pickers) == scaler._cells["key"]
     assert scaler._cells["names"] == ["S1", "S2", "S3", "S4"]
+
+
+def test_a_live_page_is_sent_every_other_pick_ahead_the_state_the_kernel_would_draw():
+    """Once block_scaler.js is live, the kernel sends the blocks states of the picks it has not drawn, nearest first
+    (so the page draws a first pick at once); each is the state the kernel draws when that pick is made — at the α
+    of the prefetch, which the page rescales like any kept state — with the cells the page rescales it by."""
+    panel = widgets.SpansPanel(SMALL, static=False)
+    scaler, blocks = panel.scaler, panel.views["blocks"].widget
+    assert scaler._prefetched == {}  # no page yet: nothing sent
+    revision = blocks.revision
+    scaler.live = True  # what the page's module says first
+    keys = list(scaler._prefetched)
+    assert keys == ["kv8|0|1", "qkv8|0|0", "qk4|0|0", "qkv8|0|1", "qk4|0|1"]  # one dropdown changed first
+    assert blocks.revision == revision and panel._key() == ("kv8", 0, 0)  # nothing drawn, nothing picked meanwhile
+    for key in keys:
+        sent = scaler._prefetched[key]
+        preset, layer, head = key.split("|")
+        panel.controls["preset"].value = preset
+        panel.controls["layer"].value = int(layer)
+        panel.controls["head"].value = int(head)
+        assert scaler._cells == sent["cells"]  # what α needs, as for a state the kernel drew
+        assert encode(blocks.data) == encode(sent["data"]) and encode(blocks.figure_layout) == encode(sent["layout"])
+    with pytest.MonkeyPatch.context() as mp:  # a long context: nothing computed ahead
+        mp.setattr(spans_widget, "PREFETCH_MAX_T", SMALL.context_length - 1)
+        assert widgets.SpansPanel(SMALL, static=False).prefetch() == []
 
 
 # -------------------------------------------------------------------------------- local/global, FP8 views

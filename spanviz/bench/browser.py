@@ -125,8 +125,9 @@ FIRST_PICKS = (("preset", "qkv8"), ("preset", "qk4"), ("head", "1"), ("preset", 
                ("layer", "1"), ("preset", "qkv8"), ("preset", "qk4"), ("head", "0"), ("preset", "qkv8"),
                ("preset", "kv8"))
 """The spans panel's first visits: from its first pick (kv8, layer 0, head 0), one dropdown at a time, every
-(preset, layer, head) of the notebook model (3 presets × 2 layers × 2 heads) once — each pick one the page has not
-been sent, so it waits for the kernel (no warm-up input: each is a first time)."""
+(preset, layer, head) of the notebook model (3 presets × 2 layers × 2 heads) once — each a pick the kernel has not
+drawn before (no warm-up input: each is a first time). The page draws them from the states the kernel sent ahead
+(:meth:`spanviz.widgets.SpansPanel.prefetch`)."""
 
 BROWSER_CONTROLS = {
     "spans_first_pick": ("spans", "picks", "", FIRST_PICKS, "blocks"),  # first, while every pick is new

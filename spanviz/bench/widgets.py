@@ -12,8 +12,8 @@
   from the key press (or dropdown pick) to the new figure drawn by plotly.js: what a student waits for
   (:func:`spanviz.bench.browser.bench_browser`; skipped without Chromium / Playwright). The spans preset, layer
   and head picks alternate between two values, so after the warm-up each is a pick the page has been sent before
-  and draws itself (:class:`~spanviz.widgets.block_scaler.BlockScaler`); a first visit waits for the kernel —
-  ``spans_first_pick`` measures those (:data:`spanviz.bench.browser.FIRST_PICKS`: every pick once).
+  and draws itself (:class:`~spanviz.widgets.block_scaler.BlockScaler`); ``spans_first_pick`` measures first
+  visits (:data:`spanviz.bench.browser.FIRST_PICKS`: every pick once), drawn from the states the kernel sent ahead.
 * ``dashboard`` — one model trained in alternating chunks with and without the live dashboard (the
   :class:`~spanviz.widgets.TrainingPanel` loss view refreshed at 4 Hz) so drifts of a shared machine hit both
   alike; ratio of steps/s without / with (slowdown), and the refresh rate reached. Target: slowdown ≤ 10 %

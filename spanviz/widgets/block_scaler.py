@@ -16,7 +16,9 @@ keeps each figure state the kernel drew with its cells, keyed by "preset|layer|h
 received anyway: nothing more is sent), and when a pick in the page's dropdowns names a kept one it puts that state
 into the figure's model with the sliders' α applied. The kernel draws the pick as always, moments later: the same
 state, which the figure's view (figure.js) recognises as the one it has drawn and does not hand to plotly.js again.
-A pick the page has not seen is drawn by the kernel.
+Once the page is live the kernel sends it the states of the picks it has not drawn yet (:meth:`BlockScaler.prefetch`,
+from :meth:`spanviz.widgets.SpansPanel.prefetch`), which the page keeps the same way: a first pick is drawn at once
+too. A pick kept nowhere (beyond the prefetch's limits) is drawn by the kernel.
 
 The kernel and the page compute the same figure: the module applies the rules of
 :func:`spanviz.plots.span_blocks.span_blocks_layout` (:func:`~spanviz.plots.span_blocks.span_block_color_range`,
@@ -35,8 +37,22 @@ import anywidget
 import ipywidgets as W
 import traitlets as T
 
-from spanviz.widgets.figure_widget import PlotlyFigure
+from spanviz.widgets.figure_widget import PlotlyFigure, encode
 from spanviz.plots.span_blocks import DIM_OPACITY, order_coloraxis
+
+
+def page_cells(cells: Mapping[str, Any], layout: Mapping[str, Any], key: str = "") -> dict[str, Any]:
+    """What block_scaler.js needs to rescale a blocks state for α (see :meth:`BlockScaler.set_cells`)."""
+    names, orders = list(cells["names"]), [int(o) for o in cells["orders"]]
+    annotations = [a.get("text", "") for a in layout.get("annotations", [])]
+    titles = {name: i for i, text in enumerate(annotations) for name in names if text.startswith(f"{name} (")}
+    return {"names": names, "orders": orders, "rel": [float(r) for r in cells["rel"]], "zmax": float(cells["zmax"]),
+            "coloraxes": [order_coloraxis(o) for o in range(4)], "titles": [titles.get(n, -1) for n in names],
+            "key": str(key)}
+
+
+def _to_json(value: Any, _widget: Any) -> Any:
+    return encode(value)
 
 
 class BlockScaler(anywidget.AnyWidget):
@@ -60,6 +76,7 @@ class BlockScaler(anywidget.AnyWidget):
     _sliders = T.List(T.Instance(W.Widget)).tag(sync=True, **W.widget_serialization)
     _pickers = T.List(T.Instance(W.Widget)).tag(sync=True, **W.widget_serialization)
     _cells = T.Dict().tag(sync=True)
+    _prefetched = T.Dict().tag(sync=True, to_json=_to_json)
     _revision = T.Int(-1).tag(sync=True)
     _dim = T.Float(DIM_OPACITY).tag(sync=True)
     live = T.Bool(False).tag(sync=True)
@@ -74,14 +91,18 @@ class BlockScaler(anywidget.AnyWidget):
         belongs to (``key``, "preset|layer|head": the page keeps the state under it); and the figure revision they
         belong to (call after the figure is shown). Heatmap i is trace i and its scaled bar ``shapes[n + i]``
         (:func:`spanviz.plots.span_blocks.span_blocks_layout`)."""
-        names, orders = list(cells["names"]), [int(o) for o in cells["orders"]]
-        annotations = [a.get("text", "") for a in layout.get("annotations", [])]
-        titles = {name: i for i, text in enumerate(annotations) for name in names if text.startswith(f"{name} (")}
         with self.hold_sync():
-            self._cells = {"names": names, "orders": orders, "rel": [float(r) for r in cells["rel"]],
-                           "zmax": float(cells["zmax"]), "coloraxes": [order_coloraxis(o) for o in range(4)],
-                           "titles": [titles.get(n, -1) for n in names], "key": str(key)}
+            self._cells = page_cells(cells, layout, key)
             self.sync_revision()
+
+    def prefetch(self, states: Mapping[str, tuple[Mapping[str, Any], Sequence[Mapping[str, Any]],
+                                                  Mapping[str, Any]]]) -> None:
+        """Blocks states of picks the kernel has not drawn yet, for the page to keep as it keeps those it drew:
+        ``{key: (cells, traces, layout)}`` (key "preset|layer|head"; traces and layout as the figure would show
+        them). Sent once (~130 KB per state); a page that loads later gets them with the widget's state."""
+        self._prefetched = {key: {"data": [dict(t) for t in data], "layout": dict(layout),
+                                  "cells": page_cells(cells, layout, key)}
+                            for key, (cells, data, layout) in states.items()}
 
     def sync_revision(self) -> None:
         """Mark the cells valid for the figure's current revision (after a redraw the kernel made)."""

@@ -14,6 +14,7 @@ Source: arXiv 2512.13033 (span / violation scaling); the block construction is s
 from __future__ import annotations
 
 import contextlib
+from itertools import product
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -44,6 +45,14 @@ from spanviz.widgets.specs import LOSS_VIEW, History, LiveView, RunSpec
 
 ANGLE_PAIRS = ("Q–K", "Q–V", "K–V")
 """The pairs of spans whose principal angles are shown, in this order."""
+
+
+PREFETCH_MAX_STATES = 16
+"""At most this many picks' blocks states are sent to a page ahead of its picks (:meth:`SpansPanel.prefetch`;
+~130 KB each: the heatmaps are at most 64 × 64 cells), those nearest the first pick first."""
+PREFETCH_MAX_T = 256
+"""Above this context length the decompositions for a prefetch would keep the kernel busy for seconds at start; the
+picks are then computed when made."""
 
 
 def pick_key(key: tuple[str, int, int]) -> str:
@@ -124,7 +133,9 @@ class SpansPanel(Panel):
     the span part and α1 on the violation, and the principal angles between the token-space spans of Q, K
     and V (:class:`ScoreGradientViews`). α sliders rescale cached blocks; the decomposition is
     computed once per (preset, layer) for all heads. In a browser the page rescales the blocks for α itself and
-    redraws a preset, layer or head it has been sent before without asking the kernel (:class:`BlockScaler`).
+    redraws a preset, layer or head it has been sent before without asking the kernel (:class:`BlockScaler`);
+    once the page is live the kernel sends it the other picks' states ahead (:meth:`prefetch`), so a first pick is
+    drawn there at once too.
 
     Train: the α setting against the standard gradient (spans=None), same seed, plus the standard gradient
     with the next seed (the seed noise). Live: the α run's validation loss as a change in percent against
@@ -184,6 +195,7 @@ class SpansPanel(Panel):
             self.scaler = BlockScaler(self.views["blocks"].widget, [c[f"alpha{i}"] for i in range(4)],
                                       [c["preset"], c["layer"], c["head"]])
             self.scaler.set_cells(self._cells[key], self.views["blocks"].layout, pick_key(key))
+            self.scaler.observe(lambda ch: self.prefetch() if ch["new"] else None, names="live")
         for name in ("alpha0", "alpha1", "alpha2", "alpha3"):
             c[name].observe(lambda _ch: self.update_alphas(), names="value")
         for name in ("preset", "layer", "head"):
@@ -222,24 +234,45 @@ class SpansPanel(Panel):
     def _key(self) -> tuple[str, int, int]:
         return tuple(self.controls[n].value for n in ("preset", "layer", "head"))  # type: ignore[return-value]
 
-    def _load_head(self) -> tuple[str, int, int]:
-        """The blocks of the picked preset/layer/head and their α-independent heatmaps and norms (cached); returns
-        the (preset, layer, head) picked."""
-        preset, layer, head = key = self._key()
+    def _load_head(self, key: tuple[str, int, int] | None = None) -> tuple[str, int, int]:
+        """The blocks of a preset/layer/head (default: the one picked) and their α-independent heatmaps and norms
+        (cached); returns that (preset, layer, head)."""
+        preset, layer, head = key = key or self._key()
         self._blocks = self.grads.blocks(preset, layer, head)
         if key not in self._cells:
             self._cells[key] = span_block_cells(self._blocks)
         return key
 
-    def _blocks_state(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        """The blocks figure at the current α as (traces, layout): plain dicts from the cached cells
-        (:func:`span_blocks_traces`, :func:`span_blocks_layout`) over the layout of plotly's validated figure of this
-        block structure (its template; built once per structure)."""
-        cells, a = self._cells[self._key()], self.alphas
+    def _blocks_state(self, key: tuple[str, int, int] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The blocks figure of a pick (default: the one picked; load it first) at the current α as (traces,
+        layout): plain dicts from the cached cells (:func:`span_blocks_traces`, :func:`span_blocks_layout`) over the
+        layout of plotly's validated figure of this block structure (its template; built once per structure)."""
+        cells, a = self._cells[key or self._key()], self.alphas
         shape = (tuple(cells["orders"]), tuple(cells["names"]), cells["T"])
         if shape not in self._templates:
             self._templates[shape] = figure_state(plots.span_blocks_figure(self._blocks, a))[1]
         return span_blocks_traces(cells, a), {**self._templates[shape], **span_blocks_layout(cells, a)}
+
+    def prefetch(self) -> list[str]:
+        """Send the page the blocks states of the picks it has not been sent (:data:`PREFETCH_MAX_STATES`, nearest
+        the current pick first: fewest dropdowns changed), so that block_scaler.js draws a first pick of a preset,
+        layer or head at once, as it draws one it has seen. Called once a page is live; the kernel still draws
+        every pick, the same state, which the page recognises. Nothing when the context is above
+        :data:`PREFETCH_MAX_T` or no page runs the scaler. Returns the keys sent ("preset|layer|head")."""
+        if self.scaler is None or self.model_cfg.context_length > PREFETCH_MAX_T:
+            return []
+        current = self._key()
+        picks = product(PRESETS, range(self.model_cfg.n_layer), range(self.model_cfg.n_head))
+        nearest = sorted(picks, key=lambda k: sum(a != b for a, b in zip(k, current)))  # stable: dropdown order
+        keys = [k for k in nearest if k != current][:PREFETCH_MAX_STATES]
+        states = {}
+        with analytic_threads():
+            for key in keys:
+                self._load_head(key)
+                states[pick_key(key)] = (self._cells[key], *self._blocks_state(key))
+            self._load_head(current)  # self._blocks: the picked head's again
+        self.scaler.prefetch(states)
+        return list(states)
 
     def _angles(self) -> dict[str, np.ndarray]:
         return self.grads.angles(self.controls["layer"].value, self.controls["head"].value)

@@ -18,7 +18,9 @@
 // Picks in the page: every state the kernel drew is kept here with its cells, under its pick's key ("preset|layer|
 // head", the dropdowns' labels). When the dropdowns name a kept state, the page draws it at once with the sliders'
 // α. The kernel draws the same pick moments later, the same state: figure.js sees nothing changed and leaves the
-// plot as it is. A pick not kept here waits for the kernel, as before.
+// plot as it is. Once the page is live the kernel also sends the states of the picks it has not drawn yet
+// (`_prefetched`, BlockScaler.prefetch), kept here the same way: a first pick is drawn at once too. A pick kept
+// nowhere (a large model or context, see spanviz.widgets.spans.PREFETCH_MAX_STATES) waits for the kernel.
 
 function label(alpha) {
   return String(Number(alpha.toPrecision(6))); // Python's f"{alpha:g}" for the slider's values
@@ -55,6 +57,14 @@ function kernelCells(model, state) {
   }
   state.cells = cells;
   if (cells.key) state.kept.set(cells.key, { data: figure.get("_data"), layout: figure.get("_layout"), cells });
+}
+
+// States of picks the kernel has not drawn yet, sent ahead (BlockScaler.prefetch): kept like the ones it drew. A state
+// the kernel drew is never replaced by a prefetched one (they are the same, unless α moved since).
+function prefetched(model, state) {
+  for (const [key, kept] of Object.entries(model.get("_prefetched") || {})) {
+    if (!state.kept.has(key)) state.kept.set(key, kept);
+  }
 }
 
 function pickKey(pickers) {
@@ -114,6 +124,8 @@ export default {
     await bind(model, state);
     model.on("change:_figure change:_sliders change:_pickers", () => bind(model, state));
     model.on("change:_cells change:_revision", state.kernelCells);
+    prefetched(model, state);
+    model.on("change:_prefetched", () => prefetched(model, state));
     model.on("change:_dim", () => { state.dim = model.get("_dim"); });
     model.set("live", true);
     model.save_changes();
