@@ -51,8 +51,9 @@ PREFETCH_MAX_STATES = 16
 """At most this many picks' blocks states are sent to a page ahead of its picks (:meth:`SpansPanel.prefetch`;
 ~130 KB each: the heatmaps are at most 64 × 64 cells), those nearest the first pick first."""
 PREFETCH_MAX_T = 256
-"""Above this context length the decompositions for a prefetch would keep the kernel busy for seconds at start; the
-picks are then computed when made."""
+"""Above this context length no prefetch: its decompositions grow with T (for the notebook-01 model's 11 states
+70 ms of kernel time at T 64, 89 at T 128, 167 at T 256, measured on a 2-core CPU), and the kernel would keep a
+student's first inputs waiting; the picks are then computed when made."""
 
 
 def pick_key(key: tuple[str, int, int]) -> str:
