@@ -25,7 +25,7 @@ def head_mask_columns(n_heads: int, n_cells: int) -> list[slice]:
     return [slice(h * step, h * step + n_cells) for h in range(n_heads)]
 
 
-PLURAL = {"key": "keys", "query": "queries"}
+_PLURAL = {"key": "keys", "query": "queries"}
 
 
 def _mask_row(m: np.ndarray, pos: np.ndarray, f: int, T: int) -> Trace:
@@ -38,7 +38,7 @@ def _mask_row(m: np.ndarray, pos: np.ndarray, f: int, T: int) -> Trace:
         z[:, cols] = m[h]
 
     def name(kind: str, p: int) -> str:  # "key 5", or "keys 4–7" for a block of f positions
-        return f"{kind} {p}" if f == 1 else f"{PLURAL[kind]} {p}–{min(p + f, T) - 1}"
+        return f"{kind} {p}" if f == 1 else f"{_PLURAL[kind]} {p}–{min(p + f, T) - 1}"
 
     x = []
     for h in range(H):

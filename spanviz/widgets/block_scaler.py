@@ -37,7 +37,7 @@ import anywidget
 import ipywidgets as W
 import traitlets as T
 
-from spanviz.widgets.figure_widget import PlotlyFigure, encode
+from spanviz.widgets.figure_widget import PlotlyFigure, encode_trait
 from spanviz.plots.span_blocks import DIM_OPACITY, order_coloraxis
 
 
@@ -49,10 +49,6 @@ def page_cells(cells: Mapping[str, Any], layout: Mapping[str, Any], key: str = "
     return {"names": names, "orders": orders, "rel": [float(r) for r in cells["rel"]], "zmax": float(cells["zmax"]),
             "coloraxes": [order_coloraxis(o) for o in range(4)], "titles": [titles.get(n, -1) for n in names],
             "key": str(key)}
-
-
-def _to_json(value: Any, _widget: Any) -> Any:
-    return encode(value)
 
 
 class BlockScaler(anywidget.AnyWidget):
@@ -76,7 +72,7 @@ class BlockScaler(anywidget.AnyWidget):
     _sliders = T.List(T.Instance(W.Widget)).tag(sync=True, **W.widget_serialization)
     _pickers = T.List(T.Instance(W.Widget)).tag(sync=True, **W.widget_serialization)
     _cells = T.Dict().tag(sync=True)
-    _prefetched = T.Dict().tag(sync=True, to_json=_to_json)
+    _prefetched = T.Dict().tag(sync=True, to_json=encode_trait)
     _revision = T.Int(-1).tag(sync=True)
     _dim = T.Float(DIM_OPACITY).tag(sync=True)
     live = T.Bool(False).tag(sync=True)

@@ -92,7 +92,8 @@ def encode(value: Any) -> Any:
     return value
 
 
-def _to_json(value: Any, _widget: Any) -> Any:
+def encode_trait(value: Any, _widget: Any) -> Any:
+    """A traitlets ``to_json`` serializer that sends a synced trait as :func:`encode` does (arrays as buffers)."""
     return encode(value)
 
 
@@ -209,8 +210,8 @@ class PlotlyFigure(anywidget.AnyWidget):
     _esm = _STATIC / "loader.js"  # a few lines that import _module and say in the box when it fails
     _css = _STATIC / "figure.css"
     _module = T.Unicode(_FIGURE_MODULE).tag(sync=True)
-    _data = T.List().tag(sync=True, to_json=_to_json)
-    _layout = T.Dict().tag(sync=True, to_json=_to_json)
+    _data = T.List().tag(sync=True, to_json=encode_trait)
+    _layout = T.Dict().tag(sync=True, to_json=encode_trait)
     _config = T.Dict().tag(sync=True)
     _revision = T.Int(0).tag(sync=True)
     _plotly_version = T.Unicode(get_plotlyjs_version()).tag(sync=True)

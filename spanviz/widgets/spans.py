@@ -238,20 +238,20 @@ class SpansPanel(Panel):
     def _load_head(self, key: tuple[str, int, int] | None = None) -> tuple[str, int, int]:
         """The blocks of a preset/layer/head (default: the one picked) and their α-independent heatmaps and norms
         (cached); returns that (preset, layer, head)."""
-        preset, layer, head = key = key or self._key()
-        self._blocks = self.grads.blocks(preset, layer, head)
+        key = key or self._key()
         if key not in self._cells:
-            self._cells[key] = span_block_cells(self._blocks)
+            self._cells[key] = span_block_cells(self.grads.blocks(*key))
         return key
 
     def _blocks_state(self, key: tuple[str, int, int] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """The blocks figure of a pick (default: the one picked; load it first) at the current α as (traces,
         layout): plain dicts from the cached cells (:func:`span_blocks_traces`, :func:`span_blocks_layout`) over the
         layout of plotly's validated figure of this block structure (its template; built once per structure)."""
-        cells, a = self._cells[key or self._key()], self.alphas
+        key = key or self._key()
+        cells, a = self._cells[key], self.alphas
         shape = (tuple(cells["orders"]), tuple(cells["names"]), cells["T"])
         if shape not in self._templates:
-            self._templates[shape] = figure_state(plots.span_blocks_figure(self._blocks, a))[1]
+            self._templates[shape] = figure_state(plots.span_blocks_figure(self.grads.blocks(*key), a))[1]
         return span_blocks_traces(cells, a), {**self._templates[shape], **span_blocks_layout(cells, a)}
 
     def prefetch(self) -> list[str]:
@@ -271,7 +271,6 @@ class SpansPanel(Panel):
             for key in keys:
                 self._load_head(key)
                 states[pick_key(key)] = (self._cells[key], *self._blocks_state(key))
-            self._load_head(current)  # self._blocks: the picked head's again
         self.scaler.prefetch(states)
         return list(states)
 
