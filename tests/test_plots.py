@@ -147,7 +147,7 @@ def test_span_blocks_large_context_shows_cell_means_and_exact_norms():
     np.testing.assert_array_equal(heat[0].x[:2], [0, 2])
     total = np.linalg.norm(sum(b["block"] for b in blocks))
     np.testing.assert_allclose(fig.layout.shapes[8 + 1].y1, 0.5 * np.linalg.norm(blocks[1]["block"]) / total)
-    assert "mean of 2×2 entries" in fig.layout.title.text
+    assert "mean of 2×2 entries" in fig.layout.title.subtitle.text  # the notes line under the title
 
 
 def test_span_blocks_qk4_has_three_rows_and_data_matches_figure():

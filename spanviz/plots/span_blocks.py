@@ -17,7 +17,7 @@ from spanviz.plots.common import ORDER_COLORS, Trace, as_array, block_mean
 
 def _cells_note(T: int, max_cells: int) -> str:
     f = max(1, math.ceil(T / max_cells))
-    return f"; a cell: the mean of {f}×{f} entries" if f > 1 else ""
+    return f" · a cell: the mean of {f}×{f} entries" if f > 1 else ""
 
 
 # ------------------------------------------------------------------------------------- span gradient blocks
@@ -210,9 +210,10 @@ def span_blocks_layout(cells: Mapping[str, Any], alphas: Sequence[float] | None 
     coloraxes = {order_coloraxis(o): {"colorscale": DIVERGING, "showscale": False, **span_block_color_range(zmax, a[o])}
                  for o in sorted(set(orders))}
     return {
-        "title": {"text": title or "score-gradient blocks (rows: order = number of ⊥ projections; faded: α = 0, the "
-                                   "block is removed; colors clip at the 99th percentile of |entries|"
-                                   f"{_cells_note(T, max_cells)})"},
+        "title": {"text": title or "score-gradient blocks of one head (rows: order = number of ⊥ projections)",
+                  # the notes on their own line: one line with all of them ran past a notebook's width
+                  "subtitle": {"text": "faded: α = 0, the block is removed · colors clip at the 99th percentile of "
+                                       f"|entries|{_cells_note(T, max_cells)}"}},
         "xaxis": {**hidden, "domain": [0.0, heat], "range": [-0.5, n_cols * span - span + T - 0.5]},
         "yaxis": {**hidden, "range": [n_rows * span - span + T - 0.5, -(span - T) - 0.5]},  # reversed: row 0 on top
         "xaxis2": {"domain": [heat + 0.04, 1.0], "anchor": "y2", "range": [-0.5 - BAR_WIDTH, len(names) - 0.5],
@@ -224,8 +225,8 @@ def span_blocks_layout(cells: Mapping[str, Any], alphas: Sequence[float] | None 
                       "colorbar": {"x": -0.08, "len": 0.8, "title": {"text": "α·entry"}}},
         **coloraxes,
         "showlegend": True,
-        "height": 170 * n_rows + 80,
-        "margin": {"l": 60, "r": 10, "t": 60, "b": 40},
+        "height": 170 * n_rows + 100,
+        "margin": {"l": 60, "r": 10, "t": 80, "b": 40},
         "legend": {"orientation": "h", "y": -0.08},
         "plot_bgcolor": "white",
     }

@@ -61,6 +61,18 @@ FIGURES_JS = """(els) => els.map((gd) => {
 })"""
 
 
+# The titles (and subtitles) of the figures that the page cuts off: plotly.js does not wrap a title, so a long one runs
+# past the edge of its figure's drawing and is clipped there — a student reads half a sentence.
+CUT_TITLES_JS = """(els) => els.flatMap((gd) => {
+  const svg = gd.querySelector('.main-svg');
+  if (!svg) return [];
+  const box = svg.getBoundingClientRect();
+  return [...gd.querySelectorAll('.g-gtitle text')].map((t) => [t, t.getBoundingClientRect()])
+    .filter(([, r]) => r.width > 0 && (r.left < box.left - 1 || r.right > box.right + 1))
+    .map(([t, r]) => `${t.textContent} (${Math.round(r.width)} px wide, the figure ${Math.round(box.width)})`);
+})"""
+
+
 # Time the next user input (capture phase: before any widget handles it) until the figure of ``view`` in the notebook
 # in front marks a newer drawn revision (``data-revision``, set once Plotly.react resolved): what a student waits.
 ARM_JS = """(view) => {
@@ -204,6 +216,10 @@ class Lab:
     def figures(self) -> list[dict]:
         """What the notebook in front draws: one dict per plotly figure (see :data:`FIGURES_JS`)."""
         return self.page.eval_on_selector_all(f"{self.scope} .js-plotly-plot", FIGURES_JS)
+
+    def cut_titles(self) -> list[str]:
+        """Titles of the notebook in front's figures that run past their figure's edges (see :data:`CUT_TITLES_JS`)."""
+        return self.page.eval_on_selector_all(f"{self.scope} .js-plotly-plot", CUT_TITLES_JS)
 
     def figure(self, view: str) -> dict:
         found = [f for f in self.figures() if f["name"] == view]

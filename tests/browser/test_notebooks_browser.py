@@ -219,6 +219,8 @@ def check_clean(lab: Lab, notebook: str) -> None:
     warnings = lab.warning_boxes()
     assert not warnings, f"{notebook}: warning boxes in the outputs:\n" + "\n".join(warnings)
     assert not lab.errors, f"{notebook}: JavaScript errors:\n" + "\n".join(lab.errors)
+    cut = lab.cut_titles()
+    assert not cut, f"{notebook}: figure titles cut off at the figure's edge:\n" + "\n".join(cut)
 
 
 @pytest.mark.timeout(1200)
