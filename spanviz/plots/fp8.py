@@ -242,6 +242,7 @@ def bound_vs_rank_figure(
     log_y: bool = True,
     reference: Any | None = None,
     gamma: Any | None = None,
+    subtitle: str | None = None,
 ) -> go.Figure:
     """Logit bounds as a function of the rank r of W^Q W^Kᵀ.
 
@@ -253,6 +254,8 @@ def bound_vs_rank_figure(
         reference: (R,) a reference curve, drawn dotted gray: √(r/d_head) times the rank-aware bound at r = d_head
             (what the bound would be if it shrank like √r).
         gamma: (R,) γ(r) of the rank-aware bound, shown on hover.
+        subtitle: a second, smaller title line (a figure beside other output is narrow: a long title would run
+            under plotly's toolbar or past the figure's edge).
     Returns:
         Figure with one line per bound (colored by strategy; a bound equal to an earlier one at every rank says so
         in its legend), the reference, the observed markers, and a ring marker per curve at r.
@@ -261,11 +264,11 @@ def bound_vs_rank_figure(
     """
     fig = go.Figure(data=bound_vs_rank_data(ranks, bounds, observed, r, reference, gamma))
     fig.update_layout(
-        title=title or "max-logit bound vs rank r",
+        title={"text": title or "max-logit bound vs rank r", **({"subtitle": {"text": subtitle}} if subtitle else {})},
         xaxis_title="rank r of W^Q W^Kᵀ",
         yaxis={"title": "max |S|", **(LOG_AXIS if log_y else {"type": "linear"})},
-        height=360,
-        margin={"l": 60, "r": 10, "t": 40, "b": 40},
+        height=380 if subtitle else 360,
+        margin={"l": 60, "r": 10, "t": 70 if subtitle else 40, "b": 40},
     )
     return fig
 

@@ -158,6 +158,7 @@ def attention_heads_figure(
             NaN is drawn blank (e.g. the masked upper triangle of S).
         tokens: the T tokens of the window (axis labels "i: token" and hover), or None for positions.
         n_cols: heads per row.
+        title: the figure's title (default "attention per head"); a subtitle under it says how to read the grid.
     Returns:
         Figure with H heatmaps sharing one color scale (shown).
     Raises:
@@ -175,10 +176,11 @@ def attention_heads_figure(
         fig.update_yaxes(autorange="reversed", showticklabels=False, row=r, col=c)
         fig.update_xaxes(showticklabels=False, row=r, col=c)
     fig.update_layout(
-        title=title or "attention per head (rows: query i, columns: key j; hover for the tokens)",
+        title={"text": title or "attention per head",
+               "subtitle": {"text": "rows: query i, columns: key j; hover for the tokens"}},
         coloraxis={"colorscale": "Viridis", "colorbar": {"title": {"text": colorbar_title}}},
-        height=380 * rows + 60,
-        margin={"l": 20, "r": 10, "t": 70, "b": 20},
+        height=380 * rows + 70,
+        margin={"l": 20, "r": 10, "t": 80, "b": 20},
     )
     return fig
 

@@ -112,7 +112,7 @@ class FP8Panel(Panel):
     def _bounds_figure(self) -> go.Figure:
         return plots.bound_vs_rank_figure(
             **self.bounds.curves(*self._settings()),
-            title="largest |S| each strategy's E4M3 scale holds (bound × 2^margin) vs rank r")
+            title="largest |S| each strategy's E4M3 scale holds", subtitle="bound × 2^margin, vs the rank r")
 
     def _update_scales(self) -> None:
         delta, margin, r = self._settings()
