@@ -3,6 +3,8 @@ priority — without a browser (tests/browser checks what the page then shows)."
 
 from __future__ import annotations
 
+import json
+
 import os
 import sys
 import threading
@@ -190,3 +192,21 @@ def test_priority_arguments_are_checked():
     with pytest.raises(ValueError, match="nice"):
         Runner(nice=True)
     assert lower_thread_priority(None) is None
+
+
+def test_encode_passes_plain_json_through_and_still_converts_what_json_cannot_hold():
+    from spanviz.widgets.figure_widget import encode
+
+    template = {"layout": {"colorway": ["#636efa", "#EF553B"], "xaxis": {"gridcolor": "white", "ticks": ""},
+                           "colorscale": {"sequential": [[0.0, "#0d0887"], [1.0, "#f0f921"]]}}, "n": [1, 2.5, None]}
+    assert encode(template) is template  # plain JSON: nothing to walk
+    # anything JSON cannot hold, at any depth, is still converted as before
+    arr = np.arange(6, dtype=np.int64).reshape(2, 3)
+    out = encode({"a": [{"z": arr, "name": "x"}], "b": [1.0, float("nan")], "c": {"d": float("inf")},
+                  "e": np.int64(3), "f": {1: "one"}})
+    z = out["a"][0]["z"]
+    assert z["dtype"] == "float64" and z["shape"] == [2, 3] and out["a"][0]["name"] == "x"
+    assert np.frombuffer(z["buffer"], dtype=np.float64).tolist() == [0, 1, 2, 3, 4, 5]
+    assert out["b"]["dtype"] == "float64" and np.isnan(np.frombuffer(out["b"]["buffer"])[1])
+    assert out["c"] == {"d": None} and out["e"] == 3 and type(out["e"]) is int
+    assert json.loads(json.dumps(out["f"])) == {"1": "one"}  # as the comm sends it
