@@ -356,7 +356,8 @@ async function render({ model, el }) {
         if (layout.height === undefined) layout.height = 450;
         // Every tick label is drawn, none hidden for reaching past the figure's edge (plotly.js's default for linear
         // axes: to find such labels it measures every label's box at every full redraw, ~7 ms of a spans pick's
-        // ~50 ms Plotly.react in JupyterLab on 2 cores). spanviz's figures leave margins for their labels.
+        // 70–80 ms Plotly.react in one in-page A/B in JupyterLab on 2 cores). spanviz's figures leave margins for
+        // their labels.
         for (const key of Object.keys(layout)) {
           const axis = layout[key];
           if (/^[xy]axis\d*$/.test(key) && axis && axis.ticklabeloverflow === undefined) axis.ticklabeloverflow = "allow";
