@@ -175,7 +175,7 @@ def _notebook(T: int, models: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]
 def bench_browser(
     models: Mapping[str, Mapping[str, Any]],
     contexts: Sequence[int] = (64, 128),
-    repeats: int = 15,
+    repeats: int = 30,
     controls: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Latency (ms) from an input in the page to the new figure drawn, per control and context T.
