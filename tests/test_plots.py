@@ -320,7 +320,7 @@ def test_fp8_panel_rows_order_strip_of_crossings_and_spike():
     assert [fig.layout[f"xaxis{i}"].range for i in ("", "2", "3", "4")] == [(0, 100)] * 4
     assert len([s for s in fig.layout.shapes if s.type == "rect"]) == 4  # the spike, in every row
     # named once, in the legend (a label inside the first row sat on the bound curves)
-    assert [s.name for s in fig.layout.shapes if s.showlegend] == ["LR spike ×30, steps 1–1"]
+    assert [s.name for s in fig.layout.shapes if s.showlegend] == ["LR spike ×30, step 1"]
     assert not fig.layout.annotations or all("spike" not in a.text for a in fig.layout.annotations)
     groups = {t.legendgroup for t in fig.data}
     assert groups == {"logits", "above", "scales", "overflows"}

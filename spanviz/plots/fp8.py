@@ -178,12 +178,14 @@ def fp8_panel_figure(
         fig.update_xaxes(range=[0, max_step])
     if spike is not None:
         start, length, factor = spike
+        end = start + max(length, 1) - 1
+        when = f"step {start}" if end == start else f"steps {start}–{end}"
         # named in the legend (the band of the first row), not by a label inside the plot: there it sat on the
         # bound curves, which run along the top of the first row after the first steps
         for row in (1, 2, 3, 4):
             fig.add_vrect(x0=start - 0.5, x1=start + max(length, 1) - 0.5, fillcolor="orange", opacity=0.25,
                           line_width=0, row=row, col=1, exclude_empty_subplots=False, showlegend=row == 1,
-                          name=f"LR spike ×{factor:g}, steps {start}–{start + max(length, 1) - 1}",
+                          name=f"LR spike ×{factor:g}, {when}",
                           legendgroup="spike", legendrank=1)
     fig.update_layout(title=title or "FP8 attention logits", height=820, margin={"l": 60, "r": 10, "t": 60, "b": 40},
                       legend={"groupclick": "toggleitem"})
