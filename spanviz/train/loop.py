@@ -35,7 +35,7 @@ from torch import Tensor
 from spanviz.data.batches import get_batch, iter_eval_batches
 from spanviz.memory import keep_freed_memory
 from spanviz.model import GPTConfig, TinyGPT
-from spanviz.contexts import eval_mode
+from spanviz.contexts import eval_mode, settle_vector_math
 from spanviz.train.callbacks import Probe, ProbeSet, ProgressBar
 from spanviz.train.checkpoint import (CHECKPOINT_FORMAT, Checkpoint, check_moments, first_line, load_checkpoint,
                                       on_disk, restore, resumed_configs, save_checkpoint, save_outputs)
@@ -113,6 +113,7 @@ class Trainer:
         self.device = check_runnable(model_cfg, train_cfg)
         check_data(data, model_cfg)
         keep_freed_memory()  # every step frees and re-allocates the same buffers: keep them mapped (once per process)
+        settle_vector_math()  # MKL's first exp on one thread: else a run's first loss can vary by process (once)
         self._probe_set = ProbeSet(probes)
         self.probes = self._probe_set.probes
         self.callbacks = list(callbacks)
