@@ -13,7 +13,8 @@ The techniques plug in through the model's imports of their *core* files only: t
 :class:`GPTConfig` (so a run's store key holds them), and each :class:`Attention` builds its slots from them —
 ``mask_mod``, the per-head masks of LS-attention (arXiv 2505.15548, :mod:`spanviz.local_global`), and
 ``score_grad_fn`` / ``qk_grad_fn``, the score-gradient transforms of span / violation scaling (arXiv 2512.13033,
-:mod:`spanviz.spans`). Probes (logit growth, FP8 bounds) live in the technique packages and read the hook points
+:mod:`spanviz.spans`); and the logit-growth baselines of :mod:`spanviz.local_global.stabilisers` (soft-capping,
+QK-Clip, Gemma 3's per-layer local/global pattern). Probes (logit growth, FP8 bounds) live in the technique packages and read the hook points
 and :meth:`Attention.qk_weights`. A new mask or gradient transform needs no edit here: set the slots at run time.
 """
 
@@ -35,6 +36,7 @@ from spanviz.local_global.core import (
 )
 from spanviz.lm_loss import lm_cross_entropy
 from spanviz.local_global.flex import flex_attention, flex_available
+from spanviz.local_global.stabilisers import is_global_layer, qk_clip_, qk_clip_factors, soft_cap
 from spanviz.spans.config import SpanConfig
 from spanviz.spans.fused import build_grad_fns
 from spanviz.validators import check_bool, check_choice, check_fields, check_float, check_int
@@ -61,6 +63,12 @@ class GPTConfig:
         qk_norm: normalise q and k per head (RMSNorm over d_head, learnable gain) — the QK-norm stabiliser.
         qk_rank: r, constrains each head's W^Q_h to rank r (so W^Q_h W^K_hᵀ has rank <= r); None = full
             rank d_head. 1 <= r <= d_head.
+        logit_softcap: c > 0, Gemma 2's soft-capping of the attention logits, S ← c·tanh(S/c) (explicit path);
+            None = off. logit_softcap, qk_clip, global_every: :mod:`spanviz.local_global.stabilisers`.
+        qk_clip: τ > 0, Kimi K2's QK-Clip: after each update, heads whose largest logit exceeded τ have W^Q_h,
+            W^K_h scaled by √(τ/S_max^h) (:meth:`TinyGPT.apply_qk_clip`); None = off. Not with qk_norm.
+        global_every: k >= 1, Gemma 3's per-layer pattern: layers k−1, 2k−1, … keep the head split, every head of
+            the others is local with ``window`` (required); None = off.
         spans: span / violation gradient scaling setting (:class:`spanviz.spans.SpanConfig`), or None.
         attn_backend: "auto" (fused unless something needs the explicit tensors; FlexAttention for
             local heads on CUDA), "explicit", "sdpa" or "flex" (CUDA only).
@@ -80,6 +88,9 @@ class GPTConfig:
     window: int | None = None
     qk_norm: bool = False
     qk_rank: int | None = None
+    logit_softcap: float | None = None
+    qk_clip: float | None = None
+    global_every: int | None = None
     spans: Annotated[SpanConfig | None, tyro.conf.Suppress] = None  # the command line: --spans-preset etc.
     attn_backend: Literal[ATTN_BACKENDS] = "auto"
 
@@ -96,6 +107,17 @@ class GPTConfig:
         object.__setattr__(self, "window", window)
         if self.qk_rank is not None:
             object.__setattr__(self, "qk_rank", check_int("qk_rank", self.qk_rank, 1, self.d_head))
+        for name in ("logit_softcap", "qk_clip"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, check_float(name, getattr(self, name), 0.0, low_open=True))
+        if self.qk_clip is not None and self.qk_norm:
+            raise ValueError(f"qk_clip must be None with qk_norm=True (the logits are then not q·k of the "
+                             f"projections QK-Clip rescales), got qk_clip={self.qk_clip}")
+        if self.global_every is not None:
+            object.__setattr__(self, "global_every", check_int("global_every", self.global_every, 1))
+            if self.window is None:
+                raise ValueError(f"window must be set (>= 1) when global_every is set (the local layers' window p), "
+                                 f"got window=None, global_every={self.global_every}")
         if isinstance(self.spans, Mapping):
             try:
                 object.__setattr__(self, "spans", SpanConfig(**self.spans))
@@ -159,7 +181,7 @@ class LowRankQuery(nn.Module):
 def explicit_attention(
     q: Tensor, k: Tensor, v: Tensor, mask_mod: MaskMod, *, hook_scores: Callable[[Tensor], Tensor] = nn.Identity(),
     hook_pattern: Callable[[Tensor], Tensor] = nn.Identity(), score_grad_fn: Callable[..., Tensor] | None = None,
-    dropout: Callable[[Tensor], Tensor] = nn.Identity(),
+    dropout: Callable[[Tensor], Tensor] = nn.Identity(), softcap: float | None = None,
 ) -> Tensor:
     """The explicit path: scores, additive mask, softmax, times v — every intermediate visible.
 
@@ -167,6 +189,7 @@ def explicit_attention(
         q, k: (B, H, T, d_head); v: (B, H, T, d_v). mask_mod: the mask predicate (its additive mask M is cached).
         hook_scores, hook_pattern: tensor → tensor on the pre-mask scores S and on the pattern P (hook points).
         score_grad_fn: (dS, q, k, v) → dS' on ∂L/∂S during backward (q, k, v detached). dropout: on P.
+        softcap: c, Gemma 2's cap S ← c·tanh(S/c) after ``hook_scores`` (which sees the logits before the cap).
     Returns: y (B, H, T, d_v), equal to :func:`fused_attention`'s to fp32 tolerance (tested).
     """
     B, H, T, d_head = q.shape
@@ -176,6 +199,8 @@ def explicit_attention(
         refs = (q.detach(), k.detach(), v.detach())
         # The hook sees ∂L/∂S of the *pre-mask* scores: the mask is additive, so nothing re-masks dS'.
         scores.register_hook(lambda g: score_grad_fn(g, *refs))
+    if softcap is not None:
+        scores = soft_cap(scores, softcap)  # c·tanh(S/c): |S| < c
     # P = softmax(S + M), M = 0 where allowed and −inf elsewhere
     mask = additive_mask(mask_mod, H, T, scores.device, scores.dtype)  # (H, T, T)
     pattern = hook_pattern(torch.softmax(scores + mask, dim=-1))  # (B, H, T, T), rows sum to 1
@@ -236,7 +261,10 @@ class Attention(nn.Module):
         self.attn_drop = nn.Dropout(cfg.dropout)
         self.resid_drop = nn.Dropout(cfg.dropout)
         self.backend = cfg.attn_backend
-        self.mask_mod = head_mask_mod(n_local=cfg.n_local, window=cfg.window)
+        n_local = cfg.n_local if is_global_layer(layer, cfg.global_every) else H  # Gemma 3: all heads local
+        self.mask_mod = head_mask_mod(n_local=n_local, window=cfg.window)
+        self.softcap, self.qk_clip = cfg.logit_softcap, cfg.qk_clip
+        self.max_logit_seen: Tensor | None = None  # (H,) S_max^h of the last training forward pass (QK-Clip)
         self.score_grad_fn: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor] | None = None
         self.qk_grad_fn: Callable[[Tensor, Tensor, str], Tensor] | None = None
         for name in HOOK_NAMES:
@@ -250,7 +278,8 @@ class Attention(nn.Module):
         """True when this call must go through the explicit path (hooks, forced backend, a score transform
         without a fast path or with attention dropout while training: the fast path recomputes P in backward)."""
         fast = hasattr(self.score_grad_fn, "attention") and not (self.training and self.dropout > 0)
-        if self.backend == "explicit" or (self.score_grad_fn is not None and grad_enabled and not fast):
+        if self.backend == "explicit" or self.softcap is not None or (
+                self.score_grad_fn is not None and grad_enabled and not fast):
             return True
         return any(getattr(self, name).active for name in ("hook_attn_scores", "hook_pattern"))
 
@@ -265,6 +294,25 @@ class Attention(nn.Module):
         wk = self.W_K.weight.view(H, dh, -1).transpose(1, 2)  # (d, d) -> (H, d_head, d_model) -> (H, d_model, d_head)
         bq, bk = (None if b is None else b.view(H, dh) for b in (self.W_Q.bias, self.W_K.bias))  # (H, d_head)
         return wq, bq, wk, bk
+
+    def _max_logit(self, q: Tensor, k: Tensor) -> Tensor:
+        """S_max^h (H,): the largest logit q·k/√d_head over allowed pairs and the batch, signed (QK-Clip)."""
+        scores = (q @ k.transpose(-2, -1)).float() * (1.0 / math.sqrt(self.d_head))  # (B, H, T, T)
+        allowed = self.allowed(q.size(2), q.device)  # (H, T, T)
+        return scores.masked_fill(~allowed, -math.inf).amax(dim=(0, 2, 3))  # (H,)
+
+    def apply_qk_clip(self) -> None:
+        """QK-Clip after an optimizer update: scale W^Q_h, W^K_h (and biases) by √γ_h, γ_h = min(1, τ/S_max^h),
+        S_max^h from the last training forward pass (nothing happens without one, or with ``qk_clip`` None)."""
+        if self.qk_clip is None or self.max_logit_seen is None:
+            return
+        H, dh = self.n_head, self.d_head
+        gamma = qk_clip_factors(self.max_logit_seen, self.qk_clip)  # (H,)
+        # per head: (H, d_head, d_model) rows of W_Q and W_K, or LowRankQuery's (H, r, d_head) up-projections
+        w_q = self.W_Q.up if isinstance(self.W_Q, LowRankQuery) else self.W_Q.weight.view(H, dh, -1)
+        b_q, b_k = (None if b is None else b.view(H, dh) for b in (self.W_Q.bias, self.W_K.bias))
+        qk_clip_(w_q, b_q, self.W_K.weight.view(H, dh, -1), b_k, gamma)
+        self.max_logit_seen = None
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """The fused attention of this layer without dropout (the forward of a score transform's fast path)."""
@@ -284,10 +332,12 @@ class Attention(nn.Module):
             q.register_hook(lambda g: fn(g, q_ref, "q"))
             k.register_hook(lambda g: fn(g, k_ref, "k"))
         grad_enabled = torch.is_grad_enabled()
+        if self.qk_clip is not None and self.training and grad_enabled:
+            self.max_logit_seen = self._max_logit(q.detach(), k.detach())
         if self.needs_explicit(grad_enabled):  # manual attention, every intermediate hooked
             y = explicit_attention(q, k, v, self.mask_mod, hook_scores=self.hook_attn_scores,
                                    hook_pattern=self.hook_pattern, score_grad_fn=self.score_grad_fn,
-                                   dropout=self.attn_drop)  # (B, H, T, d_head)
+                                   dropout=self.attn_drop, softcap=self.softcap)  # (B, H, T, d_head)
         elif self.score_grad_fn is not None and grad_enabled:  # the same transform's fast path: fused forward
             mask = additive_mask(self.mask_mod, H, T, q.device, torch.float32)  # (H, T, T), for the backward
             y = self.score_grad_fn.attention(q, k, v, self._attend, mask)  # (B, H, T, d_head)
@@ -393,6 +443,11 @@ class TinyGPT(HookedRootModule):
         logits = self.lm_head(h)  # (B, T, V)
         loss = None if targets is None else F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
         return logits, loss
+
+    def apply_qk_clip(self) -> None:
+        """QK-Clip (``cfg.qk_clip``) on every layer after an optimizer update: see :meth:`Attention.apply_qk_clip`."""
+        for block in self.blocks:
+            block.attn.apply_qk_clip()
 
     def num_params(self) -> int:
         """Number of distinct parameters (tied embeddings counted once)."""

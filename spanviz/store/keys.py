@@ -43,6 +43,8 @@ DATA_IDENTITY = ("dataset", "config", "tokenizer", "max_vocab", "vocab_size")
 """The entries of ``config["data"]`` that :func:`replay_key` keeps: what the model is built from. The others — the
 splits, token counts, text hashes, cache key and source — name the data variant."""
 DATA_VARIANT = ("splits", "n_tokens", "text_sha256")
+LATER_MODEL_FIELDS = ("logit_softcap", "qk_clip", "global_every")
+"""GPTConfig fields newer than stored runs, left out of a key while None (the logit-growth baselines)."""
 """The entries of ``config["data"]`` that :func:`data_differences` compares."""
 
 
@@ -79,6 +81,11 @@ def _identity(config: Mapping[str, Any], data: Any) -> dict[str, Any]:
     identity = copy.deepcopy(dict(config))
     if isinstance(identity.get("data"), Mapping):
         identity["data"] = data(identity["data"])
+    if isinstance(identity.get("model"), Mapping):
+        # GPTConfig fields added after runs were stored (:data:`LATER_MODEL_FIELDS`) count only when set: a run
+        # without them keeps the key it was stored under (the shipped bundle's runs too).
+        identity["model"] = {k: v for k, v in identity["model"].items()
+                             if not (k in LATER_MODEL_FIELDS and v is None)}
     if isinstance(identity.get("train"), Mapping) and "checkpoint_interval" in identity["train"]:
         # How often a run was checkpointed does not change its curve: every cadence gets the key it had
         # when checkpoints were only written at the end (0), so records stored before stay valid.

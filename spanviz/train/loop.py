@@ -74,6 +74,8 @@ def update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: Tensor, 
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip or math.inf).item()
     if math.isfinite(grad_norm):
         optimizer.step()  # AdamW, decoupled weight decay on the ≥ 2-D parameters
+        if getattr(model.cfg, "qk_clip", None) is not None:
+            model.apply_qk_clip()  # QK-Clip: heads whose logits passed τ in this forward pass are scaled back
     return train_loss, grad_norm
 
 
