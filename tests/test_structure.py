@@ -3,7 +3,8 @@
 - no private name (``_x``) is imported from another file of ``spanviz/``, nor reached through a module alias;
 - the three technique packages share one template (``core.py``, ``probe.py``, ``demos.py``);
 - ``spanviz.cli`` exports ``main`` only;
-- no file over 400 lines, ``fp8/core.py`` at most 300;
+- at most 400 code lines per file (docstrings and comments are free; a warning above 300), ``fp8/core.py`` at
+  most 300;
 - the package-level layer contract (pyproject ``[tool.importlinter]``) places every module by its package and
   fails on a planted upward import;
 - README.md, docs/*.md and the notebooks name only what a package face exports (``__all__``), or public names of
@@ -19,6 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import nbformat
@@ -115,10 +117,43 @@ def test_cli_face_is_main() -> None:
     assert callable(spanviz.cli.main)
 
 
-def test_no_file_over_400_lines_and_fp8_core_within_300() -> None:
-    sizes = {str(p.relative_to(REPO)): len(p.read_text().splitlines()) for p in SOURCES}
-    assert {k: v for k, v in sizes.items() if v > 400} == {}
+CODE_LINES_WARN, CODE_LINES_MAX = 300, 400
+"""A file's budget in *code* lines (docstrings, comments and blank lines are free: a file must never shorten its
+explanations to fit): above the first a warning asks whether it holds more than one responsibility; above the
+second the test fails."""
+
+
+def code_lines(path: Path) -> int:
+    """Lines of ``path`` that hold code: not blank, not only a comment, not inside a docstring."""
+    source = path.read_text()
+    docstring_lines: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(
+                getattr(body[0], "value", None), ast.Constant) and isinstance(body[0].value.value, str):
+            docstring_lines.update(range(body[0].lineno, body[0].end_lineno + 1))
+        if (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)):  # attribute docstrings after an assignment
+            docstring_lines.update(range(node.lineno, node.end_lineno + 1))
+    return sum(1 for i, line in enumerate(source.splitlines(), 1)
+               if line.strip() and not line.strip().startswith("#") and i not in docstring_lines)
+
+
+def test_code_lines_per_file_within_budget_and_fp8_core_within_300() -> None:
+    sizes = {str(p.relative_to(REPO)): code_lines(p) for p in SOURCES}
+    assert {k: v for k, v in sizes.items() if v > CODE_LINES_MAX} == {}
+    for name, n in sorted(sizes.items()):
+        if n > CODE_LINES_WARN:
+            warnings.warn(f"{name}: {n} code lines (budget {CODE_LINES_WARN}): one responsibility or several?",
+                          stacklevel=1)
     assert sizes["spanviz/fp8/core.py"] <= 300
+
+
+def test_code_lines_ignore_docstrings_and_comments(tmp_path: Path) -> None:
+    f = tmp_path / "m.py"
+    f.write_text('"""Module.\n\nMore."""\n\n# a comment\nX = 1\n"""X\'s docstring."""\n\n\ndef f():\n'
+                 '    """Doc."""\n    return X  # trailing comment counts as code\n')
+    assert code_lines(f) == 3
 
 
 def run_lint_imports(root: Path) -> subprocess.CompletedProcess:
