@@ -21,6 +21,7 @@ from spanviz.cli.common import (
 )
 from spanviz.experiments import save_sweep
 from spanviz.experiments import fp8 as fp8_experiment
+from spanviz.experiments import growth as growth_experiment
 from spanviz.experiments import ls as ls_experiment
 from spanviz.experiments import spans as spans_experiment
 from spanviz.experiments.core import MAX_SEEDS, RunsFailedError
@@ -34,24 +35,28 @@ from spanviz.store import ResultsStore
 from spanviz.train import TrainConfig
 from spanviz.train.config import check_runnable
 
-EXPERIMENTS = {"spans": spans_experiment, "ls": ls_experiment, "fp8": fp8_experiment}
+EXPERIMENTS = {"spans": spans_experiment, "ls": ls_experiment, "fp8": fp8_experiment, "growth": growth_experiment}
 """``spanviz sweep``'s experiments: name → module (its ``{name}_sweep`` function runs the comparison)."""
 
 
 @dataclass(frozen=True)
 class SweepCommand:
-    """Run a paper comparison (spans, ls or fp8) over seeds and print a table with the seed noise."""
+    """Run a paper comparison (spans, ls, fp8) or the logit-growth lab (growth) over seeds; print the seed noise."""
 
     experiment: tyro.conf.Positional[Literal[tuple(EXPERIMENTS)]]
-    """spans (arXiv 2512.13033), ls (arXiv 2505.15548) or fp8 (arXiv 2602.18851)."""
+    """spans (arXiv 2512.13033), ls (arXiv 2505.15548), fp8 (arXiv 2602.18851) or growth (LR sweep, arXiv 2309.14322)."""
     size: str = "cpu"
-    """spans: cpu or paper; ls: cpu or gpu; fp8: cpu only."""
+    """spans: cpu or paper; ls: cpu or gpu; fp8, growth: cpu only."""
     seeds: int | None = None
     """number of seeds (0, 1, ... n-1); default: the experiment's."""
     steps: int | None = None
     """updates per run; default: the experiment's for its size."""
     scenario: Literal["lr_spike", "weight_swap", "none"] | None = None
     """fp8 only: run just this transient (default: none, lr_spike and weight_swap, each at margins 0 and 1)."""
+    lrs: tuple[float, ...] | None = None
+    """growth only: the peak learning rates of the sweep (default 0.003 0.01 0.03 0.1 0.3)."""
+    variants: tuple[str, ...] | None = None
+    """growth only: which of mhsa ls layers qk_norm softcap qk_clip (default all; mhsa is the baseline)."""
     model: Annotated[tuple[str, ...], tyro.conf.UseAppendAction] = ()
     """KEY=VALUE, a GPTConfig field for every variant (repeatable), e.g. --model context_length=1024."""
     train: Annotated[tuple[str, ...], tyro.conf.UseAppendAction] = ()
@@ -161,6 +166,8 @@ def sweep_variants(experiment: str, size: str, steps: int | None, model: dict, t
         return list(variants.values())
     if experiment == "ls":
         return list(module.ls_variants(size, 256, steps=steps, model=model, train=train, **extra).values())
+    if experiment == "growth":
+        return list(module.growth_variants(size, 256, steps=steps, model=model, train=train, **extra).values())
     steps = 200 if steps is None else steps
     model_cfg = GPTConfig(**{**module.DEFAULT_MODEL, "vocab_size": 256, **model})
     train_cfg = TrainConfig(**{**module.DEFAULT_TRAIN, "eval_interval": steps, "device": "cpu", **extra, **train,
@@ -186,9 +193,14 @@ def cmd_sweep(cmd: SweepCommand, given: Collection[str] = ()) -> int:
         raise UsageError(f"--steps {cmd.steps}: must be an integer >= {low}")
     if cmd.scenario is not None and experiment != "fp8":
         raise UsageError(f"--scenario {cmd.scenario}: applies to sweep fp8 only")
+    for flag, value in (("--lrs", cmd.lrs), ("--variants", cmd.variants)):
+        if value is not None and experiment != "growth":
+            raise UsageError(f"{flag} {' '.join(map(str, value))}: applies to sweep growth only")
     executor = sweep_executor(cmd)
     model, train, extra = split_overrides(experiment, parse_overrides(cmd.model, "--model", GPTConfig),
                                           parse_overrides(cmd.train, "--train", TrainConfig))
+    if experiment == "growth":
+        extra.update({k: list(v) for k, v in (("lrs", cmd.lrs), ("variants", cmd.variants)) if v is not None})
     seeds, steps = cmd.seeds, cmd.steps
     if smoke():
         seeds = min(seeds or 2, 2)

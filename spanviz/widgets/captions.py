@@ -293,5 +293,56 @@ def bounds_caption(curves: Mapping[str, Any], *, sigma: Sequence[float], d: int,
     return _p(text)
 
 
+# ---------------------------------------------------------------------------------------------- growth lab
+def growth_caption(rows: Sequence[Mapping[str, Any]], labels: Mapping[str, str], baseline: str = "mhsa") -> str:
+    """What the logit-growth lab's figure shows, in plain words first: how MHSA's peak max logit and final loss move
+    from the lowest to the highest learning rate, then each fix's peak at the highest rate against MHSA's (apart or
+    not, against the seed spread); the statistics (mean ± std, paired tests, Holm) in a collapsed details element.
+
+    Args: rows: :func:`spanviz.experiments.growth.summarize_growth`'s ``rows`` (the figure's seeds, summarised).
+        labels: variant → name (the figure's legend). baseline: the variant the others are compared with.
+    Returns: HTML ("" without the baseline's peak rows).
+    """
+    by = {(r["variant"], r["metric"], r["lr"]): r for r in rows}
+    lrs = sorted({r["lr"] for r in rows})
+    if not lrs or by.get((baseline, "peak_max_logit", lrs[0]), {}).get("mean") is None:
+        return ""
+    hi = max((lr for lr in lrs if by.get((baseline, "peak_max_logit", lr), {}).get("mean") is not None))
+    lo = lrs[0]
+    p_lo, p_hi = by[(baseline, "peak_max_logit", lo)], by[(baseline, "peak_max_logit", hi)]
+    l_lo, l_hi = by.get((baseline, "final_val_loss", lo), {}), by.get((baseline, "final_val_loss", hi), {})
+    name = labels.get(baseline, baseline)
+    head = (f"<b>Raise the learning rate from {lo:g} to {hi:g} and {_e(name)}'s largest attention logit grows "
+            f"×{p_hi['mean'] / p_lo['mean']:.3g}, from {p_lo['mean']:.3g} to {p_hi['mean']:.3g}</b>")
+    if l_lo.get("mean") is not None and l_hi.get("mean") is not None:
+        head += f", while its final loss goes from {l_lo['mean']:.3f} to {l_hi['mean']:.3f} nats"
+    lines = [head + "."]
+    for variant in dict.fromkeys(r["variant"] for r in rows):
+        row = by.get((variant, "peak_max_logit", hi))
+        if variant == baseline or row is None or row["mean"] is None:
+            continue
+        # apart when the two seed ranges (log scale) are further apart than 5× the wider of them
+        gap = abs(math.log(row["mean"] / p_hi["mean"]))
+        spread = max(math.log(r["max"] / r["min"]) for r in (row, p_hi) if r["min"])
+        apart = gap > 5 * spread
+        loss = by.get((variant, "final_val_loss", hi), {})
+        loss_text = (f", final loss {loss['mean']:.3f}" if loss.get("mean") is not None else
+                     f", {loss.get('n_diverged', 0)} of {loss.get('n_runs', 0)} runs diverged")
+        where = "clearly apart (gap above 5× the seed spread)" if apart else "within reach of the seed spread"
+        lines.append(f"{_e(labels.get(variant, variant))}: peak {row['mean']:.3g} at lr {hi:g} — "
+                     f"×{row['mean'] / p_hi['mean']:.2g} of {_e(name)}'s, {where}{loss_text}.")
+    def cell(r: Mapping[str, Any]) -> str:
+        if r["mean"] is None:
+            return "–"
+        return f"{r['mean']:.4g}" + ("" if r.get("std") is None else f" ± {r['std']:.2g}")
+
+    details = "".join(f"<tr><td>{_e(labels.get(r['variant'], r['variant']))}</td><td>{r['lr']:g}</td>"
+                      f"<td>{_e(r['metric'])}</td><td>{cell(r)}</td><td>{_e(r['verdict'])}</td></tr>" for r in rows)
+    n = p_hi.get("n_runs")
+    return _p("<br>".join(lines) + f"<details><summary>the statistics ({n} seeds per point; paired by seed against "
+              f"{_e(name)} at each learning rate, Holm-corrected across the sweep)</summary><table><tr><th>variant</th>"
+              f"<th>lr</th><th>metric</th><th>mean ± std</th><th>verdict</th></tr>{details}</table></details>")
+
+
 __all__ = ["PAPER_SPANS_CHANGE", "PAPER_SPANS_MIN_D_HEAD", "angles_caption", "bounds_caption", "fp8_caption",
-           "loss_caption", "max_logit_caption", "seed_peaks_caption", "spans_change_caption"]
+           "growth_caption", "loss_caption", "max_logit_caption", "seed_peaks_caption", "spans_change_caption"]
