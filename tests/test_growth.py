@@ -162,3 +162,15 @@ def test_every_lab_variant_has_its_own_colour_dash_and_marker():
     assert set(STYLES) == set(growth.VARIANTS)
     assert len({s[0] for s in STYLES.values()}) == len(STYLES)
     assert len({(s[1], s[2]) for s in STYLES.values()}) == len(STYLES)
+
+
+def test_another_learning_rate_control_picks_the_labs_nearest_point():
+    import ipywidgets as W
+
+    lab = GrowthLab.__new__(GrowthLab)  # the selector alone, without figures
+    lab.controls = {"lr": W.SelectionSlider(options=[("0.001", 1e-3), ("3", 3.0)], value=1e-3)}
+    panel_lr = W.FloatLogSlider(value=1.0, base=10, min=-4, max=1, step=0.1)
+    lab.follow(panel_lr)
+    assert lab.controls["lr"].value == 3.0  # 1.0 is nearer 3 than 0.001 in log scale
+    panel_lr.value = 0.01
+    assert lab.controls["lr"].value == 1e-3

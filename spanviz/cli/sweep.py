@@ -20,6 +20,7 @@ from spanviz.cli.common import (
     DataOptions, UsageError, announce_smoke, as_flags, check_home, data_settings, load_data, shrink, smoke,
 )
 from spanviz.experiments import save_sweep
+from spanviz.experiments import alphas as alphas_experiment
 from spanviz.experiments import fp8 as fp8_experiment
 from spanviz.experiments import growth as growth_experiment
 from spanviz.experiments import ls as ls_experiment
@@ -35,7 +36,8 @@ from spanviz.store import ResultsStore
 from spanviz.train import TrainConfig
 from spanviz.train.config import check_runnable
 
-EXPERIMENTS = {"spans": spans_experiment, "ls": ls_experiment, "fp8": fp8_experiment, "growth": growth_experiment}
+EXPERIMENTS = {"spans": spans_experiment, "ls": ls_experiment, "fp8": fp8_experiment, "growth": growth_experiment,
+               "alphas": alphas_experiment}
 """``spanviz sweep``'s experiments: name → module (its ``{name}_sweep`` function runs the comparison)."""
 
 
@@ -44,9 +46,10 @@ class SweepCommand:
     """Run a paper comparison (spans, ls, fp8) or the logit-growth lab (growth) over seeds; print the seed noise."""
 
     experiment: tyro.conf.Positional[Literal[tuple(EXPERIMENTS)]]
-    """spans (arXiv 2512.13033), ls (arXiv 2505.15548), fp8 (arXiv 2602.18851) or growth (LR sweep, arXiv 2309.14322)."""
+    """spans (arXiv 2512.13033), ls (arXiv 2505.15548), fp8 (arXiv 2602.18851), growth (a learning-rate sweep of
+    logit growth, arXiv 2309.14322) or alphas (best val loss against each α_o, arXiv 2512.13033)."""
     size: str = "cpu"
-    """spans: cpu or paper; ls: cpu or gpu; fp8, growth: cpu only."""
+    """spans: cpu or paper; ls: cpu or gpu; fp8, growth, alphas: cpu only."""
     seeds: int | None = None
     """number of seeds (0, 1, ... n-1); default: the experiment's."""
     steps: int | None = None
@@ -57,6 +60,8 @@ class SweepCommand:
     """growth only: the peak learning rates of the sweep (default 0.003 0.01 0.03 0.1 0.3)."""
     variants: tuple[str, ...] | None = None
     """growth only: which of mhsa ls layers qk_norm softcap qk_clip (default all; mhsa is the baseline)."""
+    values: tuple[float, ...] | None = None
+    """alphas only: the α tried for each order, the others at 1 (default 0 2; 1 is the standard run)."""
     model: Annotated[tuple[str, ...], tyro.conf.UseAppendAction] = ()
     """KEY=VALUE, a GPTConfig field for every variant (repeatable), e.g. --model context_length=1024."""
     train: Annotated[tuple[str, ...], tyro.conf.UseAppendAction] = ()
@@ -168,6 +173,8 @@ def sweep_variants(experiment: str, size: str, steps: int | None, model: dict, t
         return list(module.ls_variants(size, 256, steps=steps, model=model, train=train, **extra).values())
     if experiment == "growth":
         return list(module.growth_variants(size, 256, steps=steps, model=model, train=train, **extra).values())
+    if experiment == "alphas":
+        return list(module.alphas_variants(size, 256, steps=steps, model=model, train=train, **extra).values())
     steps = 200 if steps is None else steps
     model_cfg = GPTConfig(**{**module.DEFAULT_MODEL, "vocab_size": 256, **model})
     train_cfg = TrainConfig(**{**module.DEFAULT_TRAIN, "eval_interval": steps, "device": "cpu", **extra, **train,
@@ -193,14 +200,16 @@ def cmd_sweep(cmd: SweepCommand, given: Collection[str] = ()) -> int:
         raise UsageError(f"--steps {cmd.steps}: must be an integer >= {low}")
     if cmd.scenario is not None and experiment != "fp8":
         raise UsageError(f"--scenario {cmd.scenario}: applies to sweep fp8 only")
-    for flag, value in (("--lrs", cmd.lrs), ("--variants", cmd.variants)):
-        if value is not None and experiment != "growth":
-            raise UsageError(f"{flag} {' '.join(map(str, value))}: applies to sweep growth only")
+    for flag, value, owner in (("--lrs", cmd.lrs, "growth"), ("--variants", cmd.variants, "growth"),
+                               ("--values", cmd.values, "alphas")):
+        if value is not None and experiment != owner:
+            raise UsageError(f"{flag} {' '.join(map(str, value))}: applies to sweep {owner} only")
     executor = sweep_executor(cmd)
     model, train, extra = split_overrides(experiment, parse_overrides(cmd.model, "--model", GPTConfig),
                                           parse_overrides(cmd.train, "--train", TrainConfig))
-    if experiment == "growth":
-        extra.update({k: list(v) for k, v in (("lrs", cmd.lrs), ("variants", cmd.variants)) if v is not None})
+    if experiment in ("growth", "alphas"):
+        extra.update({k: list(v) for k, v in (("lrs", cmd.lrs), ("variants", cmd.variants), ("values", cmd.values))
+                      if v is not None})
     seeds, steps = cmd.seeds, cmd.steps
     if smoke():
         seeds = min(seeds or 2, 2)

@@ -211,7 +211,8 @@ def cell_of(record: RunRecord) -> dict[str, Any]:
 
 
 def summarize_growth(records: Sequence[RunRecord]) -> dict[str, Any]:
-    """The statistics of :func:`growth_sweep` from its run records (e.g. read back from a results store).
+    """The statistics of :func:`growth_sweep` from its run records (e.g. read back from a results store, in any
+    order: they are put in grid order, variant as in :data:`VARIANTS`, then learning rate, then seed).
 
     Returns:
         ``rows`` (:func:`compare_groups` rows: per metric, learning rate and variant — mean, std, min, max over
@@ -219,8 +220,13 @@ def summarize_growth(records: Sequence[RunRecord]) -> dict[str, Any]:
         has ``lr``), ``per_seed`` (one row per run: variant, lr, seed, status, the :data:`METRICS`),
         ``comparisons`` (the specs that recompute ``rows`` from ``per_seed``) and ``verdict`` (plain sentences).
     """
-    table = per_seed_table(records, {"final_val_loss": final_val_loss, "peak_max_logit": peak_max_logit},
-                           info=cell_of)  # fmt: skip
+    def place(record: RunRecord) -> tuple[Any, ...]:  # grid order: variant (as in VARIANTS), lr, seed
+        cell = cell_of(record)
+        rank = list(VARIANTS).index(cell["variant"]) if cell["variant"] in VARIANTS else len(VARIANTS)
+        return rank, cell["variant"], cell["lr"], record.config.get("seed", 0)
+
+    table = per_seed_table(sorted(records, key=place), {"final_val_loss": final_val_loss,
+                                                         "peak_max_logit": peak_max_logit}, info=cell_of)
     names = list(dict.fromkeys(row["variant"] for row in table))
     lrs = sorted({row["lr"] for row in table})
     specs = [{"baseline": BASELINE if BASELINE in names else None, "variants": names, "metric": m,

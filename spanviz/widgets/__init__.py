@@ -9,6 +9,8 @@ Panels (each a class with ``.widget`` to display, ``.controls`` and ``.views`` d
   MHSA with LS-attention (max logit per layer and loss, live).
 * :class:`FP8Panel` — rank r, δ, margin: bounds vs rank (analytic); Train with an LR spike shows observed max
   logit, bounds, scales and overflow counts per strategy, live.
+* :class:`GrowthLab` — notebook 02's learning-rate sweep (MHSA and five fixes of logit growth), replayed from the
+  results store: peak max logit and final loss against the learning rate; nothing trains.
 * :class:`TrainingPanel` — the generic part: Train / Continue / Stop, progress per run, status / error area,
   live loss curves with seed bands, results-store replays. The technique panels embed one.
 
@@ -33,10 +35,14 @@ kernel stays responsive; Stop ends a run after the current optimizer step; error
 from spanviz.widgets import captions
 from spanviz.widgets.figures import FigureView
 from spanviz.widgets.fp8 import FP8Panel
+from spanviz.widgets.growth import GrowthLab
 from spanviz.widgets.local_global import LocalGlobalPanel
 from spanviz.widgets.panel import Panel
 from spanviz.widgets.spans import SpansPanel
 from spanviz.widgets.specs import RunSpec
 from spanviz.widgets.training import TrainingPanel
 
-__all__ = ["FP8Panel", "FigureView", "LocalGlobalPanel", "Panel", "RunSpec", "SpansPanel", "TrainingPanel", "captions"]
+__all__ = [
+    "FP8Panel", "FigureView", "GrowthLab", "LocalGlobalPanel", "Panel", "RunSpec", "SpansPanel", "TrainingPanel",
+    "captions",
+]  # fmt: skip

@@ -344,5 +344,47 @@ def growth_caption(rows: Sequence[Mapping[str, Any]], labels: Mapping[str, str],
               f"<th>lr</th><th>metric</th><th>mean ± std</th><th>verdict</th></tr>{details}</table></details>")
 
 
+# ---------------------------------------------------------------------------------------------- α response
+def alpha_response_caption(rows: Sequence[Mapping[str, Any]], shares: Mapping[int, float]) -> str:
+    """What the α-response figure shows, plain words first: the order whose removal or doubling moves the best
+    validation loss most (with its share of ‖dS‖²), the orders whose curves stay within noise (flat), and the
+    paper's [1000]; the per-variant statistics in a collapsed details element.
+
+    Args: rows, shares: :func:`spanviz.experiments.alphas.summarize_alphas`'s ``rows`` and ``shares`` (what the
+        figure draws). Returns: HTML ("" without compared rows).
+    """
+    moved = [r for r in rows if r.get("order") is not None and r.get("rel_change_pct") is not None]
+    if not moved:
+        return ""
+    big = max(moved, key=lambda r: abs(r["rel_change_pct"]))
+    share = f", which carries {100 * shares[big['order']]:.3g} % of ‖dS‖²," if big["order"] in shares else ""
+    lines = [f"<b>The biggest effect: α{big['order']} = {big['alpha']:g} (order {big['order']}{share} "
+             f"{'removed' if big['alpha'] == 0 else 'scaled ×' + format(big['alpha'], 'g')}) changes the best "
+             f"validation loss by {_pct(big['rel_change_pct'])}</b> against the standard gradient "
+             f"(95 % CI {_pct(big['rel_ci_low_pct'])} … {_pct(big['rel_ci_high_pct'])}; {_e(big['verdict'])})."]
+    flat = [o for o in sorted({r["order"] for r in moved})
+            if all(r["verdict"].startswith("within noise") for r in moved if r["order"] == o)]
+    if flat:
+        lines.append(f"Flat — within the seed noise at every α tried: order{'s' * (len(flat) > 1)} "
+                     f"{', '.join(map(str, flat))}.")
+    for r in rows:
+        if r.get("order") is None and r.get("alpha") is None and r.get("rel_change_pct") is not None:
+            lines.append(f"The paper's {_e(r['variant'])} (three orders removed at once; the paper reports "
+                         f"{PAPER_SPANS_CHANGE:+.2f} %): {_pct(r['rel_change_pct'])}, {_e(r['verdict'])}.")
+
+    def cell(r: Mapping[str, Any]) -> str:
+        if r.get("rel_change_pct") is None:
+            return "the reference"
+        return f"{_pct(r['rel_change_pct'])} ({_pct(r['rel_ci_low_pct'])} … {_pct(r['rel_ci_high_pct'])})"
+
+    table = "".join(f"<tr><td>{_e(r['variant'])}</td><td>{r['mean']:.4f}</td><td>{cell(r)}</td>"
+                    f"<td>{_e(r['verdict'])}</td></tr>" for r in rows if r.get("mean") is not None)
+    n = rows[0].get("n_runs")
+    return _p("<br>".join(lines) + f"<details><summary>the statistics ({n} seeds per variant; best validation loss, "
+              f"paired by seed against standard, Holm-corrected across the sweep)</summary><table><tr><th>variant"
+              f"</th><th>best val loss (nats)</th><th>change (95 % CI)</th><th>verdict</th></tr>{table}</table>"
+              f"</details>")
+
+
 __all__ = ["PAPER_SPANS_CHANGE", "PAPER_SPANS_MIN_D_HEAD", "angles_caption", "bounds_caption", "fp8_caption",
-           "growth_caption", "loss_caption", "max_logit_caption", "seed_peaks_caption", "spans_change_caption"]
+           "alpha_response_caption", "growth_caption", "loss_caption", "max_logit_caption", "seed_peaks_caption", "spans_change_caption"]

@@ -7,6 +7,7 @@ there are none.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -79,6 +80,19 @@ class GrowthLab:
         """The largest learning rate at which no run diverged (the widest spread that still has every curve)."""
         fine = [lr for lr in lrs if all(r["status"] == "finished" for r in self.runs if r["lr"] == lr)]
         return max(fine or lrs)
+
+    def follow(self, slider: W.Widget) -> None:
+        """Let another learning-rate control (e.g. the local/global panel's) pick the lab's nearest learning rate (in
+        log scale) whenever it moves, and now. Without runs nothing happens."""
+        if "lr" not in self.controls:
+            return
+        options = [value for _, value in self.controls["lr"].options]
+
+        def pick(value: float) -> None:
+            self.controls["lr"].value = min(options, key=lambda x: abs(math.log(x / value)))
+
+        slider.observe(lambda change: pick(change["new"]), names="value")
+        pick(slider.value)
 
     def select(self, lr: float) -> None:
         """Mark ``lr`` on the sweep figure and draw the max-logit curves of its runs below."""
