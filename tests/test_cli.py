@@ -710,3 +710,34 @@ def test_demo_config_lowers_val_loss_by_two_nats(wikitext_dir, tmp_path):
     vals = [v for v in history(out)["val_loss"] if v is not None]
     assert vals[0] == pytest.approx(math.log(8192), abs=0.3), "first eval should be at init, near ln V"
     assert vals[0] - min(vals) >= 2.0, vals
+
+
+def test_sweep_growth_and_alphas_run_and_write_their_tables(data_flags, tmp_path, capsys):
+    """The two sweeps of the teaching figures, from the command line (tiny sizes): their summaries and per-seed tables."""
+    tiny = ["--seeds", "1", "--steps", "2", "--model", "context_length=16", "--model", "d_model=16",
+            "--train", "batch_size=2", "--train", "eval_iters=1", *data_flags]
+    rc = main(["sweep", "growth", "--lrs", "0.01", "0.3", "--variants", "mhsa", "softcap", *tiny,
+               "--out", str(tmp_path / "g.json")])
+    assert rc == 0, capsys.readouterr().err
+    growth = json.loads((tmp_path / "g.json").read_text())
+    assert sorted((r["variant"], r["lr"]) for r in growth["runs"]) == [("mhsa", 0.01), ("mhsa", 0.3),
+                                                                       ("softcap", 0.01), ("softcap", 0.3)]
+    assert growth["variants"]["softcap"]["model"]["logit_softcap"] == 50.0
+    rc = main(["sweep", "alphas", "--values", "0", *tiny, "--out", str(tmp_path / "a.json")])
+    assert rc == 0, capsys.readouterr().err
+    alphas = json.loads((tmp_path / "a.json").read_text())
+    assert [r["variant"] for r in alphas["rows"]] == ["standard", "[1000]", "α0=0", "α1=0", "α2=0", "α3=0"]
+    assert {row["variant"] for row in read_per_seed(tmp_path / "a.per_seed.csv")} == {r["variant"] for r in
+                                                                                      alphas["rows"]}
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["sweep", "ls", "--lrs", "0.1"], "--lrs"), (["sweep", "growth", "--values", "0"], "--values"),
+    (["sweep", "growth", "--train", "lr=0.1"], "lr"), (["sweep", "growth", "--lrs", "-0.1"], "lrs"),
+    (["sweep", "growth", "--variants", "gqa"], "variants"), (["sweep", "growth", "--model", "qk_norm=true"], "qk_norm"),
+    (["sweep", "alphas", "--values", "1"], "values"), (["sweep", "growth", "--size", "gpu"], "--size"),
+])  # fmt: skip
+def test_sweep_growth_and_alphas_refuse_what_cannot_apply_before_any_data(argv, named, no_data, capsys):
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2 and named in err and "Traceback" not in err, err

@@ -126,12 +126,12 @@ def model_config(cmd: TrainCommand, vocab_size: int) -> GPTConfig:
     """The GPTConfig of the model and span flags, with ``vocab_size``.
 
     Raises:
-        UsageError: --window without --n-local, --fp8-probe with --qk-norm, span settings the model refuses.
+        UsageError: --window without --n-local or --global-every, --fp8-probe with --qk-norm, span settings the model refuses.
     """
     opts = cmd.model
-    if opts.window is not None and opts.n_local == 0:
-        raise UsageError(f"--window {opts.window}: has no effect without --n-local (the number of local heads); "
-                         "add --n-local N")
+    if opts.window is not None and opts.n_local == 0 and opts.global_every is None:
+        raise UsageError(f"--window {opts.window}: has no effect without --n-local (the number of local heads) or "
+                         "--global-every (local layers); add --n-local N")
     if cmd.probes.fp8_probe and opts.qk_norm:
         raise UsageError("--fp8-probe with --qk-norm: the FP8 bounds are for plain q·k logits, which QK-norm replaces; "
                          "drop one of them")
