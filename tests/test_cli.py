@@ -726,7 +726,8 @@ def test_sweep_growth_and_alphas_run_and_write_their_tables(data_flags, tmp_path
     rc = main(["sweep", "alphas", "--values", "0", *tiny, "--out", str(tmp_path / "a.json")])
     assert rc == 0, capsys.readouterr().err
     alphas = json.loads((tmp_path / "a.json").read_text())
-    assert [r["variant"] for r in alphas["rows"]] == ["standard", "[1000]", "α0=0", "α1=0", "α2=0", "α3=0"]
+    assert [r["variant"] for r in alphas["rows"]] == ["standard", "[1000]", "[0000]", "α0=0", "α1=0", "α2=0",
+                                                      "α3=0"]
     assert {row["variant"] for row in read_per_seed(tmp_path / "a.per_seed.csv")} == {r["variant"] for r in
                                                                                       alphas["rows"]}
 

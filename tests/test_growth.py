@@ -66,7 +66,11 @@ def test_a_tiny_sweep_gives_every_cell_its_runs_metrics_and_paired_rows(tiny_lab
     rows = {(r["variant"], r["metric"], r["lr"]): r for r in tiny_lab["rows"]}
     assert set(rows) == {(v, m, lr) for v in ("mhsa", "qk_norm", "qk_clip") for m in growth.METRICS
                          for lr in (1e-3, 3.0)}  # fmt: skip
-    assert rows[("mhsa", "peak_max_logit", 3.0)]["verdict"] == "baseline"
+    assert rows[("mhsa", "log10_peak_max_logit", 3.0)]["verdict"] == "baseline"
+    assert rows[("qk_norm", "peak_max_logit", 3.0)].get("p") is None  # the peak is described; its log10 is tested
+    q = rows[("qk_norm", "log10_peak_max_logit", 3.0)]
+    peaks = {(r["variant"], r["seed"]): r["peak_max_logit"] for r in tiny_lab["runs"] if r["lr"] == 3.0}
+    assert q["diff"] == pytest.approx(np.mean([np.log10(peaks[("qk_norm", s)] / peaks[("mhsa", s)]) for s in (0, 1)]))
     seeds = [r["peak_max_logit"] for r in tiny_lab["runs"] if r["variant"] == "qk_norm" and r["lr"] == 3.0]
     assert rows[("qk_norm", "peak_max_logit", 3.0)]["mean"] == pytest.approx(np.mean(seeds))
     # the learning rate makes MHSA's logits grow; QK-norm bounds them (|q̂·k̂|/√d_head <= gain² · √d_head)

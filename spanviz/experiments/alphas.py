@@ -12,7 +12,8 @@ o and each value v of :data:`VALUES`, α_o = v with the other orders at 1. Each 
 seed, Holm-corrected across the sweep (:func:`spanviz.experiments.stats.compare_groups`).
 
 Source: spanviz's experiment around arXiv 2512.13033's α scaling. The paper's [1000] (α1 = α2 = α3 = 0: three
-orders removed at once, so no point of the one-order curves) is trained beside them with the same seeds.
+orders removed at once, so no point of the one-order curves) is trained beside them with the same seeds, and so is
+[0000] (no score gradient at all): the largest effect α can have, the yardstick of the others.
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ ORDERS = (0, 1, 2, 3)
 BASELINE = "standard"
 PAPER = "[1000]"
 """The paper's setting (α0 = 1, α1 = α2 = α3 = 0), trained beside the curves with the same seeds."""
+NO_SCORE_GRAD = "[0000]"
+"""Every order removed: no gradient reaches W^Q, W^K through the scores — the largest effect α can have, the scale
+against which the one-order changes are read."""
+REFERENCES = {PAPER: "1000", NO_SCORE_GRAD: "0000"}
 SHARE_EVERY = 50
 """Updates between the energy-share measurements of the standard runs."""
 
@@ -61,8 +66,8 @@ def point_of(record: RunRecord) -> dict[str, Any]:
 def alphas_variants(size: str = "cpu", vocab_size: int = 8192, *, values: Sequence[float] = VALUES,
                     steps: int | None = None, model: Mapping[str, Any] | None = None,
                     train: Mapping[str, Any] | None = None) -> dict[str, tuple[GPTConfig, TrainConfig]]:
-    """``{"standard": ..., "[1000]": ..., "α0=0": ..., ...}``: the standard run, the paper's [1000] and one run per
-    (order, value), kv8 preset.
+    """``{"standard": ..., "[1000]": ..., "[0000]": ..., "α0=0": ..., ...}``: the standard run, the paper's [1000], the
+    score gradient switched off ([0000]) and one run per (order, value), kv8 preset.
 
     model, train: GPTConfig / TrainConfig overrides for every run (not ``spans``; not the grid's seed or steps).
     Raises: ValueError for an unknown size, values that are empty, repeat, include 1 or lie outside [0, 10],
@@ -84,7 +89,9 @@ def alphas_variants(size: str = "cpu", vocab_size: int = 8192, *, values: Sequen
                                                                                          steps // 10))
     train = TrainConfig(**train_kw)
     base = GPTConfig(**{**spec["model"], "vocab_size": vocab_size, **(model or {})})
-    grid = {BASELINE: (base, train), PAPER: (replace(base, spans=SpanConfig(alphas="1000", preset="kv8")), train)}
+    grid = {BASELINE: (base, train)}
+    for name, digits in REFERENCES.items():
+        grid[name] = (replace(base, spans=SpanConfig(alphas=digits, preset="kv8")), train)
     for order in ORDERS:
         for value in sorted(values):
             alphas = tuple(value if o == order else 1.0 for o in ORDERS)
@@ -154,13 +161,13 @@ def order_shares(records: Sequence[RunRecord]) -> dict[int, float]:
 
 def summarize_alphas(records: Sequence[RunRecord]) -> dict[str, Any]:
     """The statistics of :func:`alphas_sweep` from its records (e.g. read back from a results store, in any order:
-    they are put in grid order — standard, [1000], then by order and α — and by seed first)."""
+    they are put in grid order — standard, [1000], [0000], then by order and α — and by seed first)."""
 
     def place(record: RunRecord) -> tuple[Any, ...]:
         point = point_of(record)
         name = record.config.get("variant")
-        return (name != BASELINE, name != PAPER, point["order"] or 0, point["alpha"] or 0.0,
-                record.config.get("seed", 0))
+        return (name != BASELINE, name != PAPER, name != NO_SCORE_GRAD, point["order"] or 0,
+                point["alpha"] or 0.0, record.config.get("seed", 0))
 
     table = per_seed_table(sorted(records, key=place), ("best_val_loss",), info=point_of)
     names = list(dict.fromkeys(row["variant"] for row in table))
@@ -177,7 +184,7 @@ def point_of_name(name: str) -> dict[str, Any]:
     """:func:`point_of` from a variant name alone."""
     if name == BASELINE:
         return {"order": None, "alpha": 1.0}
-    if name == PAPER:
+    if name in REFERENCES:
         return {"order": None, "alpha": None}
     order, _, value = name[1:].partition("=")
     return {"order": int(order), "alpha": float(value)}
@@ -198,5 +205,5 @@ def alphas_verdict(rows: Sequence[dict[str, Any]], shares: dict[int, float]) -> 
     return " ".join(parts)
 
 
-__all__ = ["BASELINE", "ORDERS", "PAPER", "SIZES", "VALUES", "alphas_sweep", "alphas_variants", "alphas_verdict",
-           "order_shares", "point_of", "summarize_alphas", "variant_name"]
+__all__ = ["BASELINE", "NO_SCORE_GRAD", "ORDERS", "PAPER", "REFERENCES", "SIZES", "VALUES", "alphas_sweep",
+           "alphas_variants", "alphas_verdict", "order_shares", "point_of", "summarize_alphas", "variant_name"]

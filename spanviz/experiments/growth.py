@@ -20,8 +20,9 @@ variant        what changes                                           source
 Per run: ``final_val_loss`` (the last evaluation; None for a run that diverged) and ``peak_max_logit`` — the
 largest max |q·k|/√d_head over layers, heads and probed updates (:class:`spanviz.local_global.LogitProbe`, on a
 fixed batch every ``probe_every`` updates; for ``softcap`` the logits *before* the cap: what the softmax sees is
-below 50). Each variant is compared with MHSA at each learning rate, paired by seed, Holm-corrected across the whole
-sweep (:func:`spanviz.experiments.stats.compare_groups`).
+below 50). Each variant is compared with MHSA at each learning rate on the final loss and on log10 of the peak (a
+multiplicative quantity), paired by seed, Holm-corrected across the whole sweep
+(:func:`spanviz.experiments.stats.compare_groups`).
 
 Source: the protocol of arXiv 2309.14322 (§3.1, LR sensitivity) at spanviz's CPU size; the settings of each
 variant from its paper (the table above); the code is spanviz's.
@@ -80,13 +81,23 @@ SOURCES = {
     "ls": "arXiv 2505.15548", "layers": "Gemma 3, arXiv 2503.19786", "qk_norm": "OLMo 2, arXiv 2501.00656",
     "softcap": "Gemma 2, arXiv 2408.00118", "qk_clip": "Kimi K2, arXiv 2507.20534",
 }  # fmt: skip
-METRICS = ("final_val_loss", "peak_max_logit")
+METRICS = ("final_val_loss", "peak_max_logit", "log10_peak_max_logit")
+"""The per-run metrics. The peak grows multiplicatively (×10³ between learning rates), so its test is on log10 of it
+— a paired difference of log10 peaks is a ratio; ``peak_max_logit`` itself is described (mean, std, min, max)."""
+TESTED = ("final_val_loss", "log10_peak_max_logit")
+"""The metrics compared with MHSA (one Holm family across every learning rate)."""
 
 
 def final_val_loss(record: RunRecord) -> float | None:
     """The last validation loss of a run [nats] (None if never evaluated or not finite)."""
     values = [v for v in record.history.get("val_loss", []) if v is not None]
     return values[-1] if values and math.isfinite(values[-1]) else None
+
+
+def log10_peak_max_logit(record: RunRecord) -> float | None:
+    """log10 of :func:`spanviz.experiments.ls.peak_max_logit` (None when never probed or not positive)."""
+    peak = peak_max_logit(record)
+    return math.log10(peak) if peak is not None and peak > 0 else None
 
 
 def run_name(variant: str, lr: float) -> str:
@@ -216,21 +227,23 @@ def summarize_growth(records: Sequence[RunRecord]) -> dict[str, Any]:
 
     Returns:
         ``rows`` (:func:`compare_groups` rows: per metric, learning rate and variant — mean, std, min, max over
-        seeds, the paired comparison with MHSA at that learning rate, Holm p across the sweep, verdict; each row
-        has ``lr``), ``per_seed`` (one row per run: variant, lr, seed, status, the :data:`METRICS`),
-        ``comparisons`` (the specs that recompute ``rows`` from ``per_seed``) and ``verdict`` (plain sentences).
+        seeds; for the :data:`TESTED` metrics the paired comparison with MHSA at that learning rate, Holm p across
+        the sweep, verdict; each row has ``lr``), ``per_seed`` (one row per run: variant, lr, seed, status, the
+        :data:`METRICS`), ``comparisons`` (the specs that recompute ``rows`` from ``per_seed``) and ``verdict`` (plain sentences).
     """
     def place(record: RunRecord) -> tuple[Any, ...]:  # grid order: variant (as in VARIANTS), lr, seed
         cell = cell_of(record)
         rank = list(VARIANTS).index(cell["variant"]) if cell["variant"] in VARIANTS else len(VARIANTS)
         return rank, cell["variant"], cell["lr"], record.config.get("seed", 0)
 
-    table = per_seed_table(sorted(records, key=place), {"final_val_loss": final_val_loss,
-                                                         "peak_max_logit": peak_max_logit}, info=cell_of)
+    table = per_seed_table(sorted(records, key=place), {"final_val_loss": final_val_loss, "peak_max_logit":
+                                                         peak_max_logit, "log10_peak_max_logit": log10_peak_max_logit},
+                           info=cell_of)  # fmt: skip
     names = list(dict.fromkeys(row["variant"] for row in table))
     lrs = sorted({row["lr"] for row in table})
-    specs = [{"baseline": BASELINE if BASELINE in names else None, "variants": names, "metric": m,
-              "where": {"lr": lr}, "lr": lr} for m in METRICS for lr in lrs]  # fmt: skip
+    baseline = BASELINE if BASELINE in names else None
+    specs = [{"baseline": baseline if m in TESTED else None, "variants": names, "metric": m, "where": {"lr": lr},
+              "lr": lr} for m in METRICS for lr in lrs]  # fmt: skip
     rows = compare_groups(table, specs) if table else []
     return {"rows": rows, "per_seed": table, "comparisons": specs, "verdict": growth_lab_verdict(rows)}
 
@@ -257,10 +270,11 @@ def growth_lab_verdict(rows: Sequence[Mapping[str, Any]]) -> str:
     if loss_lo is not None and loss_hi is not None:
         parts.append(f"Its final validation loss went from {loss_lo:.3f} to {loss_hi:.3f} nats.")
     for name in [v for v in dict.fromkeys(r["variant"] for r in rows) if v != BASELINE]:
-        row = by.get((name, "peak_max_logit", hi))
+        row, test = by.get((name, "peak_max_logit", hi)), by.get((name, "log10_peak_max_logit", hi))
         if row is not None and row["mean"] is not None and peak_hi:
+            verdict = f"; log10 peak {test['verdict']}" if test is not None else ""
             parts.append(f"At lr {hi:g}, {LABELS.get(name, name)}: peak {row['mean']:.3g} "
-                         f"({row['mean'] / peak_hi:.2g}× MHSA's; {row['verdict']}).")
+                         f"({row['mean'] / peak_hi:.2g}× MHSA's{verdict}).")
     return " ".join(parts)
 
 
@@ -274,5 +288,6 @@ def run_summary(record: RunRecord) -> dict[str, Any]:
             "probe_step": [s for s, _ in probe], "max_logit": [v for _, v in probe]}  # fmt: skip
 
 
-__all__ = ["BASELINE", "LABELS", "METRICS", "SIZES", "SOURCES", "VARIANTS", "check_lrs", "final_val_loss",
+__all__ = ["BASELINE", "LABELS", "METRICS", "SIZES", "SOURCES", "TESTED", "VARIANTS", "check_lrs", "final_val_loss",
+           "log10_peak_max_logit",
            "growth_lab_verdict", "growth_sweep", "growth_variants", "run_name", "run_summary", "summarize_growth"]

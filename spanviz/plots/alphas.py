@@ -23,11 +23,15 @@ from spanviz.plots.common import Trace
 ORDER_STYLES = (("#0072B2", "solid", "circle"), ("#E69F00", "dash", "square"), ("#009E73", "dot", "diamond"),
                 ("#D55E00", "dashdot", "triangle-up"))  # fmt: skip
 """Order o → (Okabe–Ito colour, dash, marker)."""
+REFERENCE_STYLES = {"[1000]": ("star", "#000000", "the paper's setting (α1 = α2 = α3 = 0 at once)"),
+                    "[0000]": ("hexagram", "#CC79A7", "no score gradient at all (every α = 0)")}
+"""The whole-setting points drawn at α = 0: (marker, colour, what it is)."""
 
 
 def alpha_response_data(rows: Sequence[Mapping[str, Any]], shares: Mapping[int, float]) -> list[Trace]:
     """Traces of :func:`alpha_response_figure`: per order its curve through (α, change %) with CI error bars, the
-    point (1, 0) of standard included; the paper's [1000] as its own marker at α = 0; the share bars (axes 2).
+    point (1, 0) of standard included; the whole settings [1000] (the paper's) and [0000] (no score gradient) as their
+    own markers at α = 0; the share bars (axes 2).
 
     Raises: ValueError for a row without ``variant``, ``order``, ``alpha`` or ``rel_change_pct``.
     """
@@ -57,14 +61,14 @@ def alpha_response_data(rows: Sequence[Mapping[str, Any]], shares: Mapping[int, 
                        "marker": {"symbol": symbol, "size": 10, "color": color},
                        "text": list(np.asarray(text)[order_idx]), "hovertemplate": "%{text}<extra></extra>",
                        "xaxis": "x", "yaxis": "y", "legendgroup": f"order{order}"})
-    paper = [r for r in rows if r["order"] is None and r["alpha"] is None and r["rel_change_pct"] is not None]
-    for r in paper:
+    references = [r for r in rows if r["order"] is None and r["alpha"] is None and r["rel_change_pct"] is not None]
+    for r in references:
+        symbol, color, what = REFERENCE_STYLES.get(r["variant"], ("star", "#000000", "a reference"))
         up, down = r["rel_ci_high_pct"] - r["rel_change_pct"], r["rel_change_pct"] - r["rel_ci_low_pct"]
         traces.append({"type": "scatter", "x": [0.0], "y": [r["rel_change_pct"]], "mode": "markers",
                        "error_y": {"type": "data", "symmetric": False, "array": [up], "arrayminus": [down],
-                                   "color": "#000000"},
-                       "marker": {"symbol": "star", "size": 15, "color": "#000000"},
-                       "name": f"the paper's {r['variant']} (α1 = α2 = α3 = 0 at once)",
+                                   "color": color},
+                       "marker": {"symbol": symbol, "size": 15, "color": color}, "name": f"{r['variant']}: {what}",
                        "hovertemplate": f"{r['variant']}: {r['rel_change_pct']:+.2f} %, {r['verdict']}<extra></extra>",
                        "xaxis": "x", "yaxis": "y"})
     if shares:
@@ -81,7 +85,8 @@ def alpha_response_data(rows: Sequence[Mapping[str, Any]], shares: Mapping[int, 
 def alpha_response_figure(rows: Sequence[Mapping[str, Any]], shares: Mapping[int, float], *,
                           title: str | None = None) -> go.Figure:
     """Left: change of best validation loss against standard (%, paired by seed, 95 % CI bars) as α_o goes from 1 to
-    each value tried, one curve per order (the others at 1), and the paper's [1000]; a dotted zero line. Right: each
+    each value tried, one curve per order (the others at 1), the paper's [1000] and [0000] (no score gradient: the
+    largest effect α can have); a dotted zero line. Right: each
     order's share of ‖dS‖² at α = 1.
 
     Args: rows, shares (module docstring); title (default a plain one). Returns: the figure (height 420 px).

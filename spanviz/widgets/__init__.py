@@ -11,6 +11,8 @@ Panels (each a class with ``.widget`` to display, ``.controls`` and ``.views`` d
   logit, bounds, scales and overflow counts per strategy, live.
 * :class:`GrowthLab` — notebook 02's learning-rate sweep (MHSA and five fixes of logit growth), replayed from the
   results store: peak max logit and final loss against the learning rate; nothing trains.
+* :class:`AlphaResponse` — notebook 01's α response: best validation loss change against each α_o (removed or
+  doubled), replayed from the results store, beside each order's share of ‖dS‖²; nothing trains.
 * :class:`TrainingPanel` — the generic part: Train / Continue / Stop, progress per run, status / error area,
   live loss curves with seed bands, results-store replays. The technique panels embed one.
 
@@ -33,6 +35,7 @@ kernel stays responsive; Stop ends a run after the current optimizer step; error
 """
 
 from spanviz.widgets import captions
+from spanviz.widgets.alphas import AlphaResponse
 from spanviz.widgets.figures import FigureView
 from spanviz.widgets.fp8 import FP8Panel
 from spanviz.widgets.growth import GrowthLab
@@ -43,6 +46,6 @@ from spanviz.widgets.specs import RunSpec
 from spanviz.widgets.training import TrainingPanel
 
 __all__ = [
-    "FP8Panel", "FigureView", "GrowthLab", "LocalGlobalPanel", "Panel", "RunSpec", "SpansPanel", "TrainingPanel",
-    "captions",
+    "AlphaResponse", "FP8Panel", "FigureView", "GrowthLab", "LocalGlobalPanel", "Panel", "RunSpec", "SpansPanel",
+    "TrainingPanel", "captions",
 ]  # fmt: skip
