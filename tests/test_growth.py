@@ -123,7 +123,10 @@ def test_the_caption_leads_with_the_growth_it_quotes_and_hides_the_statistics(ti
     rows = {(r["variant"], r["metric"], r["lr"]): r for r in tiny_lab["rows"]}
     lo, hi = rows[("mhsa", "peak_max_logit", 1e-3)]["mean"], rows[("mhsa", "peak_max_logit", 3.0)]["mean"]
     first = html.split("<br>")[0]
-    assert f"×{hi / lo:.3g}" in first and f"{hi:.3g}" in first and "from 0.001 to 3" in first
+    def big(x):  # the caption's number format: 3 significant digits, thousands grouped
+        return f"{float(f'{x:.3g}'):,.0f}" if x >= 1000 else f"{x:.3g}"
+
+    assert f"×{big(hi / lo)}" in first and big(hi) in first and "from 0.001 to 3" in first
     assert re.search(r"<details><summary>.*</summary><table>", html)
     assert html.index("<details>") > html.index("QK-norm")  # plain words first, the table one click away
     assert html.count("<tr>") == len(tiny_lab["rows"]) + 1

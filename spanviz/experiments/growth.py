@@ -73,7 +73,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 """Variant → the GPTConfig fields it sets on the base model (the table of the module docstring)."""
 BASELINE = "mhsa"
 LABELS = {
-    "mhsa": "MHSA (baseline)", "ls": "LS heads: 3 local (p 16) + 1 global", "layers": "local/global layers (Gemma 3)",
+    "mhsa": "MHSA", "ls": "LS heads: 3 local (p 16) + 1 global", "layers": "local/global layers (Gemma 3)",
     "qk_norm": "QK-norm (OLMo 2)", "softcap": "soft-cap 50 (Gemma 2)", "qk_clip": "QK-Clip τ 100 (Kimi K2)",
 }  # fmt: skip
 """The names the figure and the text use."""

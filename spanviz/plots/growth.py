@@ -91,7 +91,8 @@ def lr_sweep_data(runs: Sequence[Mapping[str, Any]], labels: Mapping[str, str] |
             traces.append({"type": "scatter", "x": x, "y": c["mean"][ok], "name": name, "mode": "lines+markers",
                            "line": {"color": color, "dash": dash, "width": 2.5},
                            "marker": {"symbol": symbol, "size": 9, "color": color}, "legendgroup": variant,
-                           "showlegend": axis == 1, "text": text, "hovertemplate": "%{text}<extra></extra>", **xy})
+                           "legendrank": 1000 + i, "showlegend": axis == 1, "text": text,
+                           "hovertemplate": "%{text}<extra></extra>", **xy})
             if axis == 2 and c["n_diverged"].any():
                 bad = c["n_diverged"] > 0
                 traces.append({"type": "scatter", "x": c["lr"][bad], "y": np.full(int(bad.sum()), top * 1.02),
@@ -156,7 +157,7 @@ def growth_curves_data(runs: Sequence[Mapping[str, Any]], lr: float,
             n = min(len(r["max_logit"]) for r in seeds)
             mean = np.mean([np.asarray(r["max_logit"][:n], float) for r in seeds], axis=0)
             traces.append({"type": "scatter", "x": np.asarray(seeds[0]["probe_step"][:n], float), "y": mean,
-                           "name": name, "mode": "lines+markers", "legendgroup": variant,
+                           "name": name, "mode": "lines+markers", "legendgroup": variant, "legendrank": 1000 + i,
                            "line": {"color": color, "dash": dash, "width": 2.5},
                            "marker": {"symbol": symbol, "size": 7, "color": color, "maxdisplayed": 8}})
     return traces
