@@ -5,9 +5,10 @@
 of the last position, and picks the next token:
 
 * greedy: the most likely token (``argmax``);
-* otherwise: keep the ``top_k`` largest logits (all V when ``top_k`` is None), divide them by the temperature T and
-  draw one token from ``softmax(logits / T)`` over them. T < 1 sharpens the distribution, T > 1 flattens it; T → 0
-  approaches greedy; ``top_k=1`` is greedy.
+* otherwise: keep the ``top_k`` largest logits (all V when ``top_k`` is None), divide them by the temperature and
+  draw one token from ``softmax(logits / temperature)`` over them. A temperature below 1 sharpens the distribution,
+  above 1 flattens it; towards 0 it approaches greedy; ``top_k=1`` is greedy. (Not written T: T is the context
+  length here.)
 
 Draws come from a ``torch.Generator`` of their own, seeded with ``seed``: the same model, prompt and settings give
 the same text, and the global random state (``torch.manual_seed``, the training's batches) is neither read nor
@@ -69,8 +70,7 @@ def generate(model: nn.Module, idx: Tensor, max_new_tokens: int, *, temperature:
         idx: prompt token ids, shape (T0,) or (B, T0), an integer dtype, values in [0, V), T0 >= 1. Only the last
             ``cfg.context_length`` tokens are fed to the model at each step (the prompt may be longer).
         max_new_tokens: tokens to add, >= 1.
-        temperature: T > 0 [dimensionless]; the logits are divided by it before the softmax. Ignored when
-            ``greedy``.
+        temperature: > 0 [dimensionless]; the logits are divided by it before the softmax. Ignored when ``greedy``.
         top_k: sample from the k most likely tokens only, 1 <= k <= V; None = from all V. Ignored when ``greedy``.
         greedy: take the most likely token at every step (deterministic; same as ``top_k=1``).
         seed: seeds this call's own ``torch.Generator`` (on the model's device), 0 <= seed < 2**63.
@@ -106,7 +106,7 @@ def generate(model: nn.Module, idx: Tensor, max_new_tokens: int, *, temperature:
                 else:
                     if top_k is not None:  # the k largest logits and their token ids: (B, k) each
                         logits, candidates = torch.topk(logits, top_k, dim=-1)
-                    probs = torch.softmax(logits / temperature, dim=-1)  # softmax(logits / T): (B, k or V)
+                    probs = torch.softmax(logits / temperature, dim=-1)  # softmax(logits / temperature): (B, k or V)
                     choice = torch.multinomial(probs, num_samples=1, generator=generator)  # (B, 1)
                     next_id = choice if top_k is None else candidates.gather(-1, choice)
                 idx = torch.cat([idx, next_id], dim=1)  # (B, T + 1)

@@ -107,7 +107,8 @@ def _counts(ids: torch.Tensor, n: int) -> np.ndarray:
 
 
 def softmax_counts(logits: torch.Tensor, temperature: float, draws: int) -> np.ndarray:
-    """Expected counts of ``draws`` draws from softmax(logits / T), in float64 (numpy, not the code under test)."""
+    """Expected counts of ``draws`` draws from softmax(logits / temperature), in float64 (numpy, not the code under
+    test)."""
     z = logits.double().numpy() / temperature
     p = np.exp(z - z.max())
     return p / p.sum() * draws
