@@ -1,6 +1,7 @@
 """The workshop bundle: runs precomputed on a GPU replay in the notebooks on a CPU-only machine — offline (the
 validation and test splits the bundle was trained on) and where the data has its real split names (Binder, online
-installs: train on train, evaluate on validation), saying so; the tour's look-inside shows the trained model.
+installs: train on train, evaluate on validation), saying so; the tour's look-inside shows the trained model, and
+its text is sampled from that model, read with the vocabulary of the text it was trained on.
 
 The shipped bundle (``spanviz/bundles/workshop-gpu.zip``) is made with ``scripts/make_workshop_bundle.py`` on a
 GPU. If a change to the configurations (a new config field, other notebook defaults, other data) changes the
@@ -120,6 +121,7 @@ def test_shipped_bundle_replays_every_notebook_default_without_training(data, tm
         assert (other_data in status) == (data != "offline"), status
         if path.name.startswith("00"):
             check_the_tour_looks_at_the_trained_model(namespace, data)
+            check_the_tour_samples_from_the_trained_model(namespace, data, wikitext_dir)
 
 
 def check_the_tour_looks_at_the_trained_model(namespace: dict, data: str) -> None:
@@ -171,3 +173,21 @@ def test_make_workshop_bundle_trains_in_processes_and_exports_one_codes_runs(tmp
     assert run["config"]["data"]["splits"] == {"train": "validation", "eval": "test"}
     student = ResultsStore(tmp_path / "student")
     assert load_bundle(out, student)["weights"] == 1
+
+
+def check_the_tour_samples_from_the_trained_model(namespace: dict, data: str, wikitext_dir: Path) -> None:
+    """"What the model writes" samples from the replayed run's final weights and reads its ids with the vocabulary of
+    the text the run trained on (the offline validation split) — also where the student's own vocabulary differs."""
+    from spanviz.data import prepare_tokens
+
+    samples = namespace["samples"]
+    [(heading, (model, tokenizer))] = samples.models.items()
+    assert heading == "the final model of the replayed run"
+    replayed = namespace["panel"].replayed_model("tiny GPT").state_dict()
+    assert all(torch.equal(tensor, replayed[name]) for name, tensor in model.state_dict().items())
+    trained_on = prepare_tokens(wikitext_dir, splits={"train": "validation", "eval": "test"}, max_vocab=8192)
+    assert tokenizer.itos == trained_on.tokenizer.itos
+    assert (tokenizer.itos == namespace["data"].tokenizer.itos) == (data == "offline")
+    sample = samples.samples[heading]
+    assert sample.prompt == "The game was released in"
+    assert sample.ids.numel() == sample.n_prompt + samples.controls["max_new_tokens"].value

@@ -13,6 +13,7 @@ from typing import Any
 
 import ipywidgets as W
 
+from spanviz.data.tokens import run_tokenizer
 from spanviz.model import GPTConfig, TinyGPT
 from spanviz.runner import Job, Runner, TrainerLike
 from spanviz.store.bundle import replay_note
@@ -186,6 +187,19 @@ class TrainingPanel:
         except RuntimeError as error:
             raise ValueError(f"the weights kept for {label!r} do not fit its model: {str(error)[:200]}") from None
         return model.eval()
+
+    def replayed_tokenizer(self, label: str) -> Any:
+        """The tokenizer of the text the run ``label`` trained on, when the last Train replayed it: the words its token
+        ids mean (yours when it is the same text, else fitted again on its split,
+        :func:`spanviz.data.tokens.run_tokenizer`); None when it trained here (use the data's tokenizer).
+
+        Raises:
+            ValueError: the run's training text cannot be had here (see :func:`~spanviz.data.tokens.run_tokenizer`).
+        """
+        found = self.found.get(label)
+        if found is None or label not in self.runner.replayed:
+            return None
+        return run_tokenizer(found.record.config["data"], self.data())
 
     # --------------------------------------------------------------------------------------- control
     def train(self, blocking: bool | None = None) -> Runner:
