@@ -74,7 +74,8 @@ def test_find_answers_the_exact_run_else_one_of_other_data_and_says_what_differs
     assert found.record.history == bundle_run.history
     note = replay_note({"tiny GPT": found})
     assert note == ("replayed from the store: tiny GPT (3 steps, on NVIDIA H100 80GB HBM3; trained on the "
-                    "validation split, evaluated on test — your data: train, validation)")
+                    "validation split, evaluated on test — your data: train, validation; with another vocabulary "
+                    "than yours (its ids are other words): its model is not shown)")
 
     exact = store.find(bundle_run.config)
     assert exact.exact and exact.differences == {}
@@ -107,6 +108,35 @@ def test_find_prefers_the_same_splits_and_indexes_runs_stored_before_the_index(t
     key = store.put(stray)
     (tmp_path / "replay" / f"{replay_key(make_config(d_model=16))}-{key}").touch()
     assert store.find(make_config(ONLINE, d_model=16)) is None
+
+
+def test_weights_replay_only_with_the_same_vocabulary_curves_with_a_note(tmp_path):
+    """Issue 39, finding 1: the word vocabulary is fitted on the train role's text; the replay key keeps only its size.
+    A run of other train text replays its curve, says the vocabulary differs, and never gives its weights."""
+    store = ResultsStore(tmp_path)
+    bundle_run = make_record(make_config(OFFLINE, ("aa", "bb")))
+    key = store.put(bundle_run, weights=_tiny_model().state_dict())
+    other_train = store.find(make_config(ONLINE, ("cc", "aa")))  # Binder: train on the train split
+    assert other_train.key == key and not other_train.exact and not other_train.same_vocabulary
+    assert other_train.record.history == bundle_run.history  # the curve replays
+    assert store.weights(key) is not None and store.replay_weights(other_train) is None  # the model does not
+    assert "another vocabulary" in replay_note({"tiny GPT": other_train})
+    same_train = store.find(make_config({"train": "validation", "eval": "train"}, ("aa", "zz")))  # other eval only
+    assert same_train.key == key and same_train.same_vocabulary and store.replay_weights(same_train) is not None
+    assert "another vocabulary" not in replay_note({"tiny GPT": same_train})
+    exact = store.find(bundle_run.config)
+    assert exact.exact and exact.same_vocabulary and store.replay_weights(exact) is not None
+    # The byte tokenizer's ids are the same bytes whatever the text.
+    byte_cfg = make_config(OFFLINE, ("aa", "bb"), d_model=32)
+    byte_cfg["data"]["tokenizer"] = "byte"
+    store.put(make_record(byte_cfg), weights=_tiny_model().state_dict())
+    wanted = copy.deepcopy(byte_cfg)
+    wanted["data"].update(splits=ONLINE, text_sha256={"train": "cc", "eval": "aa"})
+    assert store.find(wanted).same_vocabulary
+    # Among runs of other data, one with the student's vocabulary wins over a newer one without.
+    newer = make_record(make_config(ONLINE, ("dd", "ee")), started="2027-01-01T00:00:00+00:00")
+    store.put(newer)
+    assert store.find(make_config({"train": "validation", "eval": "train"}, ("aa", "yy"))).key == key
 
 
 # ================================================================================================ weights

@@ -14,7 +14,7 @@ from spanviz.files import atomic_write, expand_user, read_bounded
 from spanviz.store.archive import (MAX_RECORD_BYTES, ImportReport, archived_record, archived_weights, open_archive,
                                    record_from_json, record_payload, weights_fit, write_archive)
 from spanviz.store.keys import (KEY_RE, STORABLE, config_key, data_differences, default_root, index_run,
-                                read_replay_index, replay_key)
+                                read_replay_index, replay_key, same_vocabulary)
 from spanviz.store.weights import MAX_WEIGHTS_BYTES, pack_weights, unpack_weights
 from spanviz.train import RunRecord
 
@@ -32,12 +32,16 @@ class Found:
         key: its store key. record: the run record. exact: True when it is the configuration itself (same data).
         differences: ``{entry: (stored, wanted)}`` of the data entries that differ (splits, n_tokens, text_sha256;
             see :func:`~spanviz.store.keys.data_differences`); empty for an exact match.
+        same_vocabulary: its token ids mean the same words as the wanted configuration's
+            (:func:`~spanviz.store.keys.same_vocabulary`; True for an exact match). Only then may its weights be
+            shown with the wanted data (:meth:`ResultsStore.replay_weights`).
     """
 
     key: str
     record: RunRecord
     exact: bool
     differences: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    same_vocabulary: bool = True
 
 
 class ResultsStore:
@@ -184,7 +188,8 @@ class ResultsStore:
         configuration trained on another variant of the data (same :func:`~spanviz.store.keys.replay_key`:
         another split, other text), with what differs; None when there is neither.
 
-        Among several runs of other data, the one with the same splits wins, then the latest start. The notebooks'
+        Among several runs of other data, the one with the same vocabulary wins (its weights may be shown), then the
+        same splits, then the latest start. The notebooks'
         panels use this, so the workshop bundle (trained on the offline copy's validation split) replays where
         the data has its train split; sweeps use :meth:`get`, the exact configuration only. Every candidate is
         read with :meth:`load` (within its limits; a damaged one is passed over).
@@ -209,13 +214,15 @@ class ResultsStore:
             return None
         splits = _splits(config)
 
-        def preference(item: tuple[str, RunRecord]) -> tuple[bool, str, str]:
+        def preference(item: tuple[str, RunRecord]) -> tuple[bool, bool, str, str]:
             stored = item[1]
             started = stored.environment.get("started_utc")
-            return (_splits(stored.config) == splits, started if isinstance(started, str) else "", item[0])
+            return (same_vocabulary(stored.config, config), _splits(stored.config) == splits,
+                    started if isinstance(started, str) else "", item[0])
 
         other, stored = max(candidates, key=preference)
-        return Found(other, stored, exact=False, differences=data_differences(stored.config, config))
+        return Found(other, stored, exact=False, differences=data_differences(stored.config, config),
+                     same_vocabulary=same_vocabulary(stored.config, config))
 
     def _replay_index(self) -> dict[str, list[str]]:
         """``{replay key: [keys]}`` of the stored runs; runs not indexed yet (stored by an older spanviz, or copied
@@ -254,6 +261,15 @@ class ResultsStore:
         except ValueError as error:  # UnreadableFileError included
             logger.warning("results store: skipping damaged weights (%s)", error)
             return None
+
+    def replay_weights(self, found: Found) -> dict[str, Any] | None:
+        """The final weights of a run :meth:`find` answered, to look inside it with the wanted data: as
+        :meth:`weights`, but None when its vocabulary is not the wanted one (``found.same_vocabulary`` false: its
+        ids would be read as other words)."""
+        if not found.same_vocabulary:
+            logger.info("results store: not replaying the weights of %s (trained with another vocabulary)", found.key)
+            return None
+        return self.weights(found.key)
 
     def list(self) -> list[str]:
         """The keys of the files in the store, sorted (damaged entries included; see :meth:`scan`)."""
