@@ -69,3 +69,58 @@ def test_store_export_and_the_cli_refuse_a_fifo_in_place_of_the_archive(not_file
     assert fifo.is_fifo()
     rc, _, err, escaped = cli(["bench", "--out", str(not_files["a socket"]), "--only", "spans"])
     assert escaped is None and rc != 0 and "socket" in _one_error_line(err, "bench"), err
+
+
+# ============================================================== 3. flags injected through a run.json's data section
+def _run_json(tmp_path, **data) -> Path:
+    import json
+
+    path = tmp_path / "run.json"
+    base = {"dataset": "wikitext-2", "config": "wikitext-2-v1", "splits": {"train": "validation", "eval": "test"},
+            "tokenizer": "word", "max_vocab": 512}
+    path.write_text(json.dumps({"config": {"model": {"d_model": 16, "n_head": 2, "n_layer": 1, "context_length": 16},
+                                           "train": {"steps": 2, "batch_size": 2, "lr": 0.003},
+                                           "data": {**base, **data}}}))
+    return path
+
+
+@pytest.mark.parametrize("data, entry", [
+    ({"splits": {"train": ["validation", "--lr", "0.5"], "eval": "test"}}, "data.splits.train"),  # the issue's
+    ({"max_vocab": [100, "--seed", "5"]}, "data.max_vocab"),  # the issue's
+    ({"splits": {"train": "validation", "eval": "--steps"}}, "data.splits.eval"),
+    ({"splits": ["validation", "test"]}, "data.splits"),
+    ({"splits": {"train": {"x": 1}, "eval": "test"}}, "data.splits.train"),
+    ({"splits": {"--lr": "validation"}}, "data.splits.--lr"),
+    ({"tokenizer": "--lr"}, "data.tokenizer"),
+    ({"tokenizer": ["word", "--seed", "3"]}, "data.tokenizer"),
+    ({"config": "wikitext-2-v1 --lr 0.5"}, "data.config"),
+    ({"max_vocab": "8192"}, "data.max_vocab"),
+    ({"max_vocab": True}, "data.max_vocab"),
+    ({"max_vocab": -5}, "data.max_vocab"),
+    ({"source": ["--lr", "9"]}, "data.source"),
+])
+def test_a_run_jsons_data_entries_are_type_checked_never_read_as_flags(tmp_path, monkeypatch, data, entry):
+    monkeypatch.setenv("SPANVIZ_HOME", str(tmp_path / "home"))
+    path = _run_json(tmp_path, **data)
+    rc, _, err, escaped = cli(["train", "--config", str(path), "--data-dir", "/nonexistent", "--no-store",
+                               "--device", "cpu"])
+    line = _one_error_line(err, "train")
+    assert escaped is None and rc == 2 and f"--config {path}: {entry}=" in line, line
+    assert "must be" in line
+
+
+def test_as_argv_refuses_a_text_that_would_be_read_as_a_flag():
+    from spanviz.cli.config_file import as_argv
+
+    assert as_argv({"device": "cpu", "alphas": "1,-0.5"}) == ["--device", "cpu", "--alphas", "1,-0.5"]
+    for values in ({"device": "--lr"}, {"spans_layers": [0, "--seed"]}):
+        with pytest.raises(ValueError, match="read as a flag"):
+            as_argv(values)
+
+
+def test_check_splits_names_a_split_that_is_not_text():
+    from spanviz.settings import check_splits
+
+    for split in (["validation", "--lr", "0.5"], {"a": 1}, 3, None):
+        with pytest.raises(ValueError, match=r"splits\['train'\]=.*allowed: train, validation, test"):
+            check_splits({"train": split})
