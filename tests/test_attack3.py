@@ -124,3 +124,119 @@ def test_check_splits_names_a_split_that_is_not_text():
     for split in (["validation", "--lr", "0.5"], {"a": 1}, 3, None):
         with pytest.raises(ValueError, match=r"splits\['train'\]=.*allowed: train, validation, test"):
             check_splits({"train": split})
+
+
+# ============================================================== 4, 5. weights: bombs, and weights that fit no model
+def _tiny_model_config() -> dict:
+    from spanviz.model import GPTConfig
+
+    return GPTConfig(vocab_size=64, context_length=8, n_layer=1, n_head=2, d_model=16).to_dict()
+
+
+def _tiny_state(seed: int = 0) -> dict:
+    from spanviz.model import GPTConfig, TinyGPT
+
+    torch.manual_seed(seed)
+    return TinyGPT(GPTConfig.from_dict(_tiny_model_config())).state_dict()
+
+
+def _record(seed: int = 0, history: dict | None = None, status: str = "finished"):
+    from spanviz.train import RunRecord
+
+    return RunRecord(config={"model": _tiny_model_config(), "train": {"steps": 3, "seed": seed}, "probes": []},
+                     status=status, environment={"device": "cpu", "device_name": "x86_64"},
+                     history=history or {"step": [1, 2, 3], "train_loss": [4.0, 3.5, 3.0],
+                                         "val_loss": [None, None, 3.1]})
+
+
+def _weights_file(tensors: dict, key: str, tied: dict | None = None) -> bytes:
+    buffer = io.BytesIO()
+    torch.save({"format": "spanviz-weights-1", "key": key, "dtype": "float16", "tensors": tensors,
+                "tied": tied or {}}, buffer)
+    return buffer.getvalue()
+
+
+def _archive_with_weights(tmp_path, name: str, payload_of) -> tuple[Path, str]:
+    """An archive of one good run whose weights file is ``payload_of(key)``."""
+    source = ResultsStore(tmp_path / f"src-{name}")
+    key = source.put(_record(), weights=_tiny_state())
+    archive = source.export(tmp_path / f"{name}.zip")
+    forged = tmp_path / f"{name}-forged.zip"
+    with zipfile.ZipFile(archive) as z, zipfile.ZipFile(forged, "w") as out:
+        for member in z.namelist():
+            out.writestr(member, payload_of(key) if member.startswith("weights/") else z.read(member))
+    return forged, key
+
+
+def _bombs(key: str) -> dict[str, bytes]:
+    state = {k: v.half() for k, v in _tiny_state().items()}
+    return {
+        # the issue's: 40 zeros(1).expand(20000, 20000) float16 tensors (64 GB once converted), a few KB on disk
+        "expanded": _weights_file({f"t{i}": torch.zeros(1, dtype=torch.float16).expand(20000, 20000)
+                                   for i in range(40)}, key),
+        "expanded one": _weights_file({**state, "wte.weight": torch.zeros(1, dtype=torch.float16).expand(64, 16)},
+                                      key),
+    }
+
+
+def test_expanded_tensor_weight_bombs_are_refused_weights_only(tmp_path):
+    from spanviz.store.weights import unpack_weights
+
+    for name in ("expanded", "expanded one"):
+        archive, key = _archive_with_weights(tmp_path, name.replace(" ", "-"), lambda k: _bombs(k)[name])
+        with pytest.raises(ValueError, match="expanded view|more than"):
+            unpack_weights(_bombs(key)[name], key, "here")
+        student = ResultsStore(tmp_path / f"student-{name}")
+        report = student.import_report(archive)  # the archive's good run is imported, its weights rejected
+        assert report.written == [key] and [e for e, _ in report.rejected] == [f"weights/{key}.pt"], report
+        assert not student.has_weights(key) and student.load(key).status == "finished"
+    # Storing them is refused the same way, before anything is converted or written.
+    store = ResultsStore(tmp_path / "put")
+    with pytest.raises(ValueError, match="expanded view"):
+        store.put(_record(), weights={**_tiny_state(), "wte.weight": torch.zeros(1).expand(64, 16)})
+    assert store.list() == []
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "int64", "complex64", "shape", "missing", "extra", "other model",
+                                 "many tiny", "bool"])
+def test_weights_that_fit_no_model_are_refused_at_import_and_at_put(tmp_path, bad):
+    from spanviz.store.weights import unpack_weights
+
+    state = _tiny_state()
+    if bad in ("nan", "inf"):
+        state["blocks.0.attn.W_Q.weight"] = torch.full((16, 16), float(bad))
+    elif bad in ("int64", "complex64", "bool"):
+        state["ln_f.weight"] = state["ln_f.weight"].to(getattr(torch, bad))
+    elif bad == "shape":
+        state["wpe.weight"] = torch.zeros(9, 16)
+    elif bad == "missing":
+        del state["ln_f.bias"]
+    elif bad == "extra":
+        state["blocks.1.ln_1.weight"] = torch.zeros(16)
+    elif bad == "other model":
+        from spanviz.model import GPTConfig, TinyGPT
+
+        state = TinyGPT(GPTConfig(vocab_size=64, context_length=8, n_layer=1, n_head=2, d_model=32)).state_dict()
+    elif bad == "many tiny":
+        state = {f"t{i}": torch.zeros(1) for i in range(5000)}
+    packed = {k: (v.half() if v.is_floating_point() else v) for k, v in state.items()}
+    archive, key = _archive_with_weights(tmp_path, bad.replace(" ", "-"), lambda k: _weights_file(packed, k))
+    with pytest.raises(ValueError):
+        unpack_weights(_weights_file(packed, key), key, "here", _tiny_model_config())
+    student = ResultsStore(tmp_path / "student")
+    report = student.import_report(archive)
+    assert report.written == [key] and [e for e, _ in report.rejected] == [f"weights/{key}.pt"], report.rejected
+    assert not student.has_weights(key)
+    with pytest.raises(ValueError):
+        ResultsStore(tmp_path / "put").put(_record(), weights=state)
+    assert not ResultsStore(tmp_path / "put").list()
+
+
+def test_a_diverged_runs_nan_weights_are_dropped_the_run_kept(tmp_path):
+    state = _tiny_state()
+    state["wte.weight"] = torch.full((64, 16), float("nan"))
+    store = ResultsStore(tmp_path)
+    key = store.put(_record(status="diverged"), weights=state)
+    assert store.load(key).status == "diverged" and not store.has_weights(key)
+    good = store.put(_record(seed=1), weights=_tiny_state())  # good weights round-trip, checked against the model
+    assert torch.allclose(store.weights(good)["wte.weight"], _tiny_state()["wte.weight"], atol=1e-3)

@@ -25,12 +25,12 @@ OFFLINE = {"train": "validation", "eval": "test"}
 ONLINE = {"train": "train", "eval": "validation"}
 
 
-def make_config(splits=OFFLINE, text=("aa", "bb"), d_model=64, seed=0) -> dict:
-    return {
-        "model": {"vocab_size": 512, "d_model": d_model, "n_layer": 2, "spans": None},
+def make_config(splits=OFFLINE, text=("aa", "bb"), d_model=16, seed=0) -> dict:
+    return {  # the model of _tiny_model() at d_model 16 (stored weights must fit their run's model)
+        "model": {"vocab_size": 64, "context_length": 8, "d_model": d_model, "n_layer": 1, "n_head": 2, "spans": None},
         "train": {"steps": 3, "lr": 3e-3, "seed": seed, "device": "auto", "checkpoint_interval": None},
         "data": {"dataset": "wikitext-2", "source": "local folder", "config": "wikitext-2-v1", "splits": dict(splits),
-                 "tokenizer": "word", "max_vocab": 512, "vocab_size": 512,
+                 "tokenizer": "word", "max_vocab": 64, "vocab_size": 64,
                  "n_tokens": {"train": 100, "eval": 50}, "text_sha256": {"train": text[0], "eval": text[1]},
                  "cache_key": "k" + text[0]},
         "probes": [],
@@ -106,8 +106,8 @@ def test_find_prefers_the_same_splits_and_indexes_runs_stored_before_the_index(t
     # A stray index entry (naming a run of another configuration) is not believed.
     stray = make_record(make_config(OFFLINE, d_model=32))
     key = store.put(stray)
-    (tmp_path / "replay" / f"{replay_key(make_config(d_model=16))}-{key}").touch()
-    assert store.find(make_config(ONLINE, d_model=16)) is None
+    (tmp_path / "replay" / f"{replay_key(make_config(d_model=24))}-{key}").touch()
+    assert store.find(make_config(ONLINE, d_model=24)) is None
 
 
 def test_weights_replay_only_with_the_same_vocabulary_curves_with_a_note(tmp_path):
@@ -129,7 +129,7 @@ def test_weights_replay_only_with_the_same_vocabulary_curves_with_a_note(tmp_pat
     # The byte tokenizer's ids are the same bytes whatever the text.
     byte_cfg = make_config(OFFLINE, ("aa", "bb"), d_model=32)
     byte_cfg["data"]["tokenizer"] = "byte"
-    store.put(make_record(byte_cfg), weights=_tiny_model().state_dict())
+    store.put(make_record(byte_cfg))
     wanted = copy.deepcopy(byte_cfg)
     wanted["data"].update(splits=ONLINE, text_sha256={"train": "cc", "eval": "aa"})
     assert store.find(wanted).same_vocabulary

@@ -306,13 +306,14 @@ def archived_record(archive: zipfile.ZipFile, key: str) -> RunRecord:
     return record
 
 
-def archived_weights(archive: zipfile.ZipFile, key: str) -> bytes | None:
-    """The checked ``weights/<key>.pt`` of an archive's run (:func:`~spanviz.store.weights.unpack_weights`), or
-    None when the archive has none for it. Read like a record: at most :data:`MAX_WEIGHTS_BYTES` (declared and as
-    read, a chunk at a time), not encrypted.
+def archived_weights(archive: zipfile.ZipFile, key: str, model: Mapping[str, Any] | None = None) -> bytes | None:
+    """The checked ``weights/<key>.pt`` of an archive's run (:func:`~spanviz.store.weights.unpack_weights`; given
+    ``model``, the run's ``config["model"]``, they must be its model's, finite), or None when the archive has none
+    for it. Read like a record: at most :data:`MAX_WEIGHTS_BYTES` (declared and as read, a chunk at a time), not
+    encrypted.
 
     Raises:
-        ValueError: naming what is wrong (too large, encrypted, unreadable, not this run's weights).
+        ValueError: naming what is wrong (too large, encrypted, unreadable, not this run's weights or model's).
     """
     try:
         info = archive.getinfo(f"weights/{key}.pt")
@@ -323,7 +324,7 @@ def archived_weights(archive: zipfile.ZipFile, key: str) -> bytes | None:
     if info.flag_bits & 0x1:
         raise ValueError("encrypted (spanviz archives are not)")
     payload = _read_member(archive, info, MAX_WEIGHTS_BYTES)
-    unpack_weights(payload, key, "weights")
+    unpack_weights(payload, key, "weights", model)
     return payload
 
 
