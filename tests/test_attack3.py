@@ -240,3 +240,56 @@ def test_a_diverged_runs_nan_weights_are_dropped_the_run_kept(tmp_path):
     assert store.load(key).status == "diverged" and not store.has_weights(key)
     good = store.put(_record(seed=1), weights=_tiny_state())  # good weights round-trip, checked against the model
     assert torch.allclose(store.weights(good)["wte.weight"], _tiny_state()["wte.weight"], atol=1e-3)
+
+
+# ============================================================== 6. histories the panels cannot replay
+GOOD_HISTORY = {"step": [1, 2, 3], "train_loss": [4.0, 3.5, 3.0], "val_loss": [None, None, 3.1]}
+
+
+@pytest.mark.parametrize("change, status", [
+    ({"val_loss": ["a", "b", "c"]}, "finished"),  # the issue's: strings, dicts, nested lists, booleans
+    ({"val_loss": [{"x": 1}, None, 3.1]}, "finished"),
+    ({"val_loss": [[1.0], None, 3.1]}, "finished"),
+    ({"val_loss": [True, None, 3.1]}, "finished"),
+    ({"step": None}, "finished"),  # no step
+    ({"step": [-1, 2, 3]}, "finished"),  # negative, fractional, 10**18 steps
+    ({"step": [1, 2.5, 3]}, "finished"),
+    ({"step": [1, 2, 10**18]}, "finished"),
+    ({"step": [], "train_loss": [], "val_loss": []}, "finished"),  # a finished run with an empty history
+    ({"step": [1, 3, 2]}, "finished"),  # ours: decreasing, repeated, short, a per-head value too deep, text in lr
+    ({"step": [1, 1, 2]}, "finished"),
+    ({"train_loss": [4.0, 3.5]}, "finished"),
+    ({"logits/max_per_head": [[[[1.0]]], None, None]}, "finished"),
+    ({"lr": ["1e-3", 0.001, 0.001]}, "diverged"),
+    ({"step": [True, 2, 3]}, "diverged"),
+])
+def test_histories_the_panels_cannot_replay_are_refused_at_put_and_import(tmp_path, change, status):
+    history = {**GOOD_HISTORY, **change}
+    if history["step"] is None:
+        del history["step"]
+    store = ResultsStore(tmp_path / "store")
+    with pytest.raises(ValueError, match="history"):
+        store.put(_record(history=history, status=status))
+    assert store.list() == []
+    # The same record in an archive beside a good one: it is rejected by name, the good one imported.
+    source = ResultsStore(tmp_path / "source")
+    good = source.put(_record(seed=1))
+    bad_record = _record(history=GOOD_HISTORY, status=status)
+    bad = source.put(bad_record)
+    archive = source.export(tmp_path / "a.zip")
+    bad_record.history = history
+    with zipfile.ZipFile(archive) as z, zipfile.ZipFile(tmp_path / "forged.zip", "w") as out:
+        for member in z.namelist():
+            out.writestr(member, bad_record.to_json() if member == f"runs/{bad}.json" else z.read(member))
+    report = ResultsStore(tmp_path / "student").import_report(tmp_path / "forged.zip")
+    assert report.written == [good] and [e for e, _ in report.rejected] == [f"runs/{bad}.json"], report.rejected
+    assert "history" in report.rejected[0][1]
+
+
+def test_histories_of_real_runs_pass():
+    from spanviz.store.history import check_history
+
+    check_history({"step": [0, 5], "train_loss": [float("nan"), float("inf")], "val_loss": [None, 1.0],
+                   "logits/max_per_head": [[[1.0, 2.0]], None], "logits/max_per_layer": [[1.0], None]},
+                  "diverged", "here")
+    check_history({"step": []}, "diverged", "here")

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from spanviz.files import atomic_open, expand_user, open_bounded
+from spanviz.store.history import check_history
 from spanviz.store.keys import KEY_RE, STORABLE, config_key
 from spanviz.store.weights import MAX_WEIGHTS_BYTES, unpack_weights
 from spanviz.train import RunRecord
@@ -106,7 +107,8 @@ def record_from_json(payload: bytes | str, where: str) -> RunRecord:
     arrays and :data:`MAX_VALUES` values (counted on the bytes, before parsing); the JSON parses (any nesting
     depth fails cleanly) with no integer longer than :data:`MAX_INT_DIGITS` digits, nests at most
     :data:`MAX_DEPTH` deep, and the record schema (see :meth:`RunRecord.from_dict`) with a ``message`` of at
-    most :data:`MAX_MESSAGE_CHARS` characters and string provenance (:data:`ENVIRONMENT_TEXT`).
+    most :data:`MAX_MESSAGE_CHARS` characters, string provenance (:data:`ENVIRONMENT_TEXT`) and a history of
+    curves (:func:`~spanviz.store.history.check_history`).
     :meth:`ResultsStore.put <spanviz.store.ResultsStore.put>` applies the same checks before it writes, so the
     store never holds what it would refuse to read, export or import.
 
@@ -136,9 +138,11 @@ def record_from_json(payload: bytes | str, where: str) -> RunRecord:
                 raise ValueError(f"{where}: environment.{name} must be a string, got "
                                  f"{type(environment[name]).__name__}")
     try:
-        return RunRecord.from_dict(obj)
+        record = RunRecord.from_dict(obj)
     except ValueError as error:
         raise ValueError(f"{where}: {error}") from None
+    check_history(record.history, record.status, where)
+    return record
 
 
 def record_payload(record: RunRecord, where: str) -> bytes:
