@@ -73,3 +73,17 @@ def check_fields(cls: type, d: Any) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"unknown {cls.__name__} field(s) {sorted(unknown)}; allowed: {sorted(known)}")
     return dict(d)
+
+
+def printable(value: Any, max_chars: int = 120) -> str:
+    """``str(value)`` safe to print on a terminal: every character that is not printable (escape sequences, line
+    breaks, tabs, other control characters) shown as its ``\\x..`` / ``\\u....`` escape, and at most ``max_chars``
+    characters (longer text ends in ``…``). For every string that came from a file (labels, device names, ...).
+
+    Raises:
+        ValueError: ``max_chars`` not an int >= 1.
+    """
+    max_chars = check_int("max_chars", max_chars, 1)
+    text = str(value)
+    shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text[:max_chars])
+    return shown if len(text) <= max_chars and len(shown) <= max_chars else shown[: max_chars - 1] + "…"

@@ -293,3 +293,32 @@ def test_histories_of_real_runs_pass():
                    "logits/max_per_head": [[[1.0, 2.0]], None], "logits/max_per_layer": [[1.0], None]},
                   "diverged", "here")
     check_history({"step": []}, "diverged", "here")
+
+
+# ============================================================== 7. terminal escapes and huge strings from a file
+def test_runs_list_prints_only_printable_capped_text_from_records(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPANVIZ_HOME", str(tmp_path / "home"))
+    store = ResultsStore(tmp_path / "home" / "runs")
+    hostile = {"\x1b[2J cleared": "a label with ESC[2J", "H100\nforged  row  9.9": "a device with a newline",
+               "x" * 500_000: "a 500,000-character label", "\u202eevil": "a right-to-left override"}
+    for seed, text in enumerate(hostile):
+        record = _record(seed=seed)
+        record.config["tags"] = {"experiment": text, "size": "tiny"}
+        record.environment.update(device="cuda:0", device_name=text)
+        store.put(record)
+    rc, out, err, escaped = cli(["runs", "list"])
+    assert escaped is None and rc == 0, err
+    assert "\x1b" not in out and "\u202e" not in out and len(out) < 20_000, len(out)
+    assert "\\x1b[2J cleared" in out
+    assert len(out.splitlines()) == 2 + len(hostile) + 1  # header, rule, one line per run, the count
+
+
+def test_printable():
+    from spanviz.validators import printable
+
+    assert printable("plain text") == "plain text"
+    assert printable("a\x1b[2Jb\nc\td") == "a\\x1b[2Jb\\nc\\td"
+    assert printable("x" * 500, 10) == "x" * 9 + "…"
+    assert printable("\x1b" * 50, 10) == "\\x1b\\x1b\\" + "…"
+    with pytest.raises(ValueError, match="max_chars"):
+        printable("a", 0)
