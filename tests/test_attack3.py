@@ -322,3 +322,30 @@ def test_printable():
     assert printable("\x1b" * 50, 10) == "\\x1b\\x1b\\" + "…"
     with pytest.raises(ValueError, match="max_chars"):
         printable("a", 0)
+
+
+# ============================================================== 8. unbounded solver and model size
+def test_fp8_bounds_return_for_the_smallest_delta_and_huge_counts():
+    import math
+
+    from spanviz.fp8 import logit_bounds
+    from spanviz.fp8.core import alpha_agnostic, solve_gamma
+
+    for delta in (1e-308, 5e-324, 1e-3):  # the issue's 1e-308: 2N/δ overflowed and the bisection looped on inf
+        gamma = solve_gamma(4, 1024, delta)
+        assert math.isfinite(gamma) and gamma > 1
+    assert solve_gamma(4, 1024, 1e-308) > solve_gamma(4, 1024, 1e-3)
+    assert math.isfinite(alpha_agnostic(64, 10**400, 1e-308))
+    assert math.isfinite(solve_gamma(2, 10**6, 0.5, tol=1e-300))  # a tolerance below float spacing still ends
+    bounds = logit_bounds(2.0, 64, 16, r=4, n_pairs=128 * 128, n_keys=128, delta=1e-308)  # the issue's call
+    assert all(math.isfinite(v) for v in bounds.values() if isinstance(v, float)), bounds
+
+
+def test_a_model_config_too_large_to_build_is_refused_before_building():
+    from spanviz.model import GPTConfig
+
+    with pytest.raises(ValueError, match=r"n_layer.*1000000"):
+        GPTConfig(n_layer=10**6)  # the issue's: built unbounded
+    with pytest.raises(ValueError, match="parameters"):
+        GPTConfig(d_model=2**16, n_head=1, n_layer=1024)
+    GPTConfig(n_layer=2, d_model=128)  # the notebooks' sizes are untouched
