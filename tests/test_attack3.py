@@ -349,3 +349,44 @@ def test_a_model_config_too_large_to_build_is_refused_before_building():
     with pytest.raises(ValueError, match="parameters"):
         GPTConfig(d_model=2**16, n_head=1, n_layer=1024)
     GPTConfig(n_layer=2, d_model=128)  # the notebooks' sizes are untouched
+
+
+# ============================================================== 9. Trainer.load_state_dict: one check for both doors
+def test_trainer_load_state_dict_checks_what_load_checkpoint_checks_before_changing_anything(synthetic):
+    import copy
+
+    from spanviz.model import GPTConfig
+    from spanviz.train import TrainConfig, Trainer
+
+    def trainer(seed=0, lr=3e-3):
+        cfg = TrainConfig(steps=4, batch_size=2, warmup_steps=0, eval_interval=2, eval_iters=1, seed=seed, lr=lr)
+        return Trainer(GPTConfig(vocab_size=64, context_length=8, n_layer=1, n_head=1, d_model=8), cfg, synthetic)
+
+    source = trainer()
+    source.run()
+    good = copy.deepcopy(source.state_dict())
+
+    def changed(edit):
+        state = copy.deepcopy(good)
+        edit(state)
+        return state
+
+    bad = {
+        "step -5": changed(lambda s: s.update(step=-5)), "step 1e9": changed(lambda s: s.update(step=10**9)),
+        "step 2.5": changed(lambda s: s.update(step=2.5)), "empty": {},
+        "NaN weights": changed(lambda s: s["model"]["wte.weight"].fill_(float("nan"))),
+        "emptied optimizer": changed(lambda s: s["optimizer"].update(state={})),
+        "3-byte RNG": changed(lambda s: s["rng"].update(torch=torch.zeros(3, dtype=torch.uint8))),
+        "other shapes": changed(lambda s: s["model"].update({"wpe.weight": torch.zeros(9, 8)})),
+        "optimizer groups": changed(lambda s: s["optimizer"]["param_groups"][0]["params"].pop()),
+    }
+    for name, state in bad.items():
+        target = trainer(seed=1)
+        before = {k: v.clone() for k, v in target.model.state_dict().items()}
+        with pytest.raises(ValueError, match="the state"):
+            target.load_state_dict(state)
+        assert all(torch.equal(before[k], v) for k, v in target.model.state_dict().items()), name  # untouched
+        assert target.step_count == 0, name
+    target = trainer(seed=1)
+    target.load_state_dict(good)
+    assert target.step_count == 4 and torch.equal(target.model.state_dict()["wte.weight"], good["model"]["wte.weight"])
