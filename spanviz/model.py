@@ -37,13 +37,9 @@ from spanviz.lm_loss import lm_cross_entropy
 from spanviz.local_global.flex import flex_attention, flex_available
 from spanviz.spans.config import SpanConfig
 from spanviz.spans.fused import build_grad_fns
-from spanviz.validators import check_bool, check_choice, check_fields, check_float, check_int
+from spanviz.validators import check_bool, check_choice, check_fields, check_float, check_int, check_model_size
 
 ATTN_BACKENDS = ("auto", "explicit", "sdpa", "flex")
-MAX_LAYERS = 1024
-"""Largest ``n_layer`` of a :class:`GPTConfig`."""
-MAX_PARAMS = 2**35
-"""Largest parameter count of a :class:`GPTConfig`, approximately (128 GiB in float32): checked before building."""
 HOOK_NAMES = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern")
 
 
@@ -54,8 +50,7 @@ class GPTConfig:
     Attributes:
         vocab_size: V [tokens], >= 1.
         context_length: T_max [tokens], the longest sequence the model accepts, >= 1.
-        n_layer: number of transformer blocks, 1 <= n_layer <= :data:`MAX_LAYERS`; the model as a whole at most
-            about :data:`MAX_PARAMS` parameters.
+        n_layer: number of transformer blocks, 1..1024 (the whole model <= ~2^35 parameters: check_model_size).
         n_head: H, attention heads per layer, >= 1, must divide d_model.
         d_model: residual width d, >= 1.
         dropout: probability in [0, 1) used on embeddings, attention weights and residual branches.
@@ -93,16 +88,10 @@ class GPTConfig:
             object.__setattr__(self, name, check_int(name, getattr(self, name), 1))
         if self.d_model % self.n_head:
             raise ValueError(f"d_model must be divisible by n_head, got d_model={self.d_model}, n_head={self.n_head}")
-        check_int("n_layer", self.n_layer, 1, MAX_LAYERS)  # a million modules take minutes before memory fails
-        approx = 12 * self.n_layer * self.d_model**2 + (self.vocab_size + self.context_length) * self.d_model
-        if approx > MAX_PARAMS:
-            raise ValueError(f"the model has about {approx:.2e} parameters (12·n_layer·d_model² + (vocab_size + "
-                             f"context_length)·d_model), more than the {MAX_PARAMS:.2e} allowed: lower n_layer="
-                             f"{self.n_layer}, d_model={self.d_model}, vocab_size={self.vocab_size} or context_length="
-                             f"{self.context_length}")
+        check_model_size(self.n_layer, self.d_model, self.vocab_size, self.context_length)  # before building
         object.__setattr__(self, "dropout", check_float("dropout", self.dropout, 0.0, 1.0, high_open=True))  # 0 → 0.0
-        check_bool("bias", self.bias)
-        check_bool("qk_norm", self.qk_norm)
+        for name in ("bias", "qk_norm"):
+            check_bool(name, getattr(self, name))
         n_local, window = check_head_split(self.n_head, self.n_local, self.window)
         object.__setattr__(self, "n_local", n_local)
         object.__setattr__(self, "window", window)

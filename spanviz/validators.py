@@ -87,3 +87,24 @@ def printable(value: Any, max_chars: int = 120) -> str:
     text = str(value)
     shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text[:max_chars])
     return shown if len(text) <= max_chars and len(shown) <= max_chars else shown[: max_chars - 1] + "…"
+
+
+MAX_LAYERS = 1024
+"""Largest ``n_layer`` of a model (a million modules take minutes to build before memory runs out)."""
+MAX_PARAMS = 2**35
+"""Largest parameter count of a model, approximately (128 GiB in float32)."""
+
+
+def check_model_size(n_layer: int, d_model: int, vocab_size: int, context_length: int) -> None:
+    """Refuse a GPT too large to build: ``n_layer`` above :data:`MAX_LAYERS`, or about ``12·n_layer·d_model² +
+    (vocab_size + context_length)·d_model`` parameters above :data:`MAX_PARAMS` (cheap: builds nothing).
+
+    Raises:
+        ValueError: naming the fields, their values and the limit.
+    """
+    check_int("n_layer", n_layer, 1, MAX_LAYERS)
+    approx = 12 * n_layer * d_model**2 + (vocab_size + context_length) * d_model
+    if approx > MAX_PARAMS:
+        raise ValueError(f"the model has about {approx:.2e} parameters (12·n_layer·d_model² + (vocab_size + "
+                         f"context_length)·d_model), more than the {MAX_PARAMS:.2e} allowed: lower n_layer={n_layer}, "
+                         f"d_model={d_model}, vocab_size={vocab_size} or context_length={context_length}")

@@ -146,8 +146,7 @@ def solve_gamma(r: int, n_keys: int, delta: float, tol: float = 1e-12) -> float:
 
 def _solve_gamma(r: int, n_keys: int, delta: float, tol: float = 1e-12) -> float:
     # γ − 1 − ln γ = (2/r) ln(2N/δ) =: target > 0
-    # ln(2N/δ) as ln 2 + ln N − ln δ: finite for every δ > 0 and any N (2N/δ itself overflows at δ = 1e-308)
-    target = 2.0 * (math.log(2.0) + math.log(n_keys) - math.log(delta)) / r
+    target = 2.0 * (math.log(2.0) + math.log(n_keys) - math.log(delta)) / r  # ln(2N/δ) without overflow
     f = lambda g: g - 1.0 - math.log(g)  # noqa: E731  (increasing on (1, ∞), without bound)
     lo, hi = 1.0, 2.0
     while f(hi) < target:
