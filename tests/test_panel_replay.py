@@ -67,7 +67,8 @@ def test_a_run_of_other_data_replays_and_the_status_says_which_data(tmp_path):
     assert built == [] and student.replayed == ["tiny GPT"]
     assert student.status.value == html_escaped(
         "replayed from the store: tiny GPT (3 steps, on a CPU; trained on the validation split, evaluated on test "
-        "— your data: train, validation)")
+        "— your data: train, validation; with another vocabulary than yours (its ids are other words): its model is "
+            "not shown)")
     assert student.histories["tiny GPT"] == made_offline.histories["tiny GPT"]
 
 

@@ -25,12 +25,12 @@ OFFLINE = {"train": "validation", "eval": "test"}
 ONLINE = {"train": "train", "eval": "validation"}
 
 
-def make_config(splits=OFFLINE, text=("aa", "bb"), d_model=64, seed=0) -> dict:
-    return {
-        "model": {"vocab_size": 512, "d_model": d_model, "n_layer": 2, "spans": None},
+def make_config(splits=OFFLINE, text=("aa", "bb"), d_model=16, seed=0) -> dict:
+    return {  # the model of _tiny_model() at d_model 16 (stored weights must fit their run's model)
+        "model": {"vocab_size": 64, "context_length": 8, "d_model": d_model, "n_layer": 1, "n_head": 2, "spans": None},
         "train": {"steps": 3, "lr": 3e-3, "seed": seed, "device": "auto", "checkpoint_interval": None},
         "data": {"dataset": "wikitext-2", "source": "local folder", "config": "wikitext-2-v1", "splits": dict(splits),
-                 "tokenizer": "word", "max_vocab": 512, "vocab_size": 512,
+                 "tokenizer": "word", "max_vocab": 64, "vocab_size": 64,
                  "n_tokens": {"train": 100, "eval": 50}, "text_sha256": {"train": text[0], "eval": text[1]},
                  "cache_key": "k" + text[0]},
         "probes": [],
@@ -74,7 +74,8 @@ def test_find_answers_the_exact_run_else_one_of_other_data_and_says_what_differs
     assert found.record.history == bundle_run.history
     note = replay_note({"tiny GPT": found})
     assert note == ("replayed from the store: tiny GPT (3 steps, on NVIDIA H100 80GB HBM3; trained on the "
-                    "validation split, evaluated on test — your data: train, validation)")
+                    "validation split, evaluated on test — your data: train, validation; with another vocabulary "
+                    "than yours (its ids are other words): its model is not shown)")
 
     exact = store.find(bundle_run.config)
     assert exact.exact and exact.differences == {}
@@ -105,8 +106,37 @@ def test_find_prefers_the_same_splits_and_indexes_runs_stored_before_the_index(t
     # A stray index entry (naming a run of another configuration) is not believed.
     stray = make_record(make_config(OFFLINE, d_model=32))
     key = store.put(stray)
-    (tmp_path / "replay" / f"{replay_key(make_config(d_model=16))}-{key}").touch()
-    assert store.find(make_config(ONLINE, d_model=16)) is None
+    (tmp_path / "replay" / f"{replay_key(make_config(d_model=24))}-{key}").touch()
+    assert store.find(make_config(ONLINE, d_model=24)) is None
+
+
+def test_weights_replay_only_with_the_same_vocabulary_curves_with_a_note(tmp_path):
+    """Issue 39, finding 1: the word vocabulary is fitted on the train role's text; the replay key keeps only its size.
+    A run of other train text replays its curve, says the vocabulary differs, and never gives its weights."""
+    store = ResultsStore(tmp_path)
+    bundle_run = make_record(make_config(OFFLINE, ("aa", "bb")))
+    key = store.put(bundle_run, weights=_tiny_model().state_dict())
+    other_train = store.find(make_config(ONLINE, ("cc", "aa")))  # Binder: train on the train split
+    assert other_train.key == key and not other_train.exact and not other_train.same_vocabulary
+    assert other_train.record.history == bundle_run.history  # the curve replays
+    assert store.weights(key) is not None and store.replay_weights(other_train) is None  # the model does not
+    assert "another vocabulary" in replay_note({"tiny GPT": other_train})
+    same_train = store.find(make_config({"train": "validation", "eval": "train"}, ("aa", "zz")))  # other eval only
+    assert same_train.key == key and same_train.same_vocabulary and store.replay_weights(same_train) is not None
+    assert "another vocabulary" not in replay_note({"tiny GPT": same_train})
+    exact = store.find(bundle_run.config)
+    assert exact.exact and exact.same_vocabulary and store.replay_weights(exact) is not None
+    # The byte tokenizer's ids are the same bytes whatever the text.
+    byte_cfg = make_config(OFFLINE, ("aa", "bb"), d_model=32)
+    byte_cfg["data"]["tokenizer"] = "byte"
+    store.put(make_record(byte_cfg))
+    wanted = copy.deepcopy(byte_cfg)
+    wanted["data"].update(splits=ONLINE, text_sha256={"train": "cc", "eval": "aa"})
+    assert store.find(wanted).same_vocabulary
+    # Among runs of other data, one with the student's vocabulary wins over a newer one without.
+    newer = make_record(make_config(ONLINE, ("dd", "ee")), started="2027-01-01T00:00:00+00:00")
+    store.put(newer)
+    assert store.find(make_config({"train": "validation", "eval": "train"}, ("aa", "yy"))).key == key
 
 
 # ================================================================================================ weights

@@ -58,7 +58,8 @@ def replay_note(found: Mapping[str, Found]) -> str:
     the student has — which data they were trained on. ``found``: label → :meth:`ResultsStore.find`'s answer.
 
     Example: ``"replayed from the store: tiny GPT (300 steps, on NVIDIA H100 80GB HBM3; trained on the validation
-    split, evaluated on test — your data: train, validation)"``.
+    split, evaluated on test — your data: train, validation; with another vocabulary than yours (its ids are other
+    words): its model is not shown)"``.
     """
     if not found:
         return ""
@@ -80,6 +81,9 @@ def replay_note(found: Mapping[str, Found]) -> str:
             phrase = "trained on other text of the same splits (its text hashes differ from your data's)"
         if phrase not in parts:
             parts.append(phrase)
+        vocabulary = "with another vocabulary than yours (its ids are other words): its model is not shown"
+        if not f.same_vocabulary and vocabulary not in parts:
+            parts.append(vocabulary)
     return f"replayed from the store: {', '.join(found)} ({'; '.join(parts)})"
 
 

@@ -170,15 +170,16 @@ class TrainingPanel:
     def replayed_model(self, label: str) -> TinyGPT | None:
         """The final model of the run ``label`` when the last Train replayed it and the store kept its weights
         (see ``keep_weights``; stored in float16, given back in float32, on the CPU, in eval mode); else None
-        (it trained here: read the trainer's model instead).
+        (it trained here: read the trainer's model instead; or the replayed run's vocabulary is not the data's —
+        :attr:`~spanviz.store.results.Found.same_vocabulary` — and its model cannot be read with these words).
 
         Raises:
             ValueError: the kept weights do not fit the run's model configuration.
         """
         found = self.found.get(label)
-        if found is None or label not in self.runner.replayed or not hasattr(self.store, "weights"):
+        if found is None or label not in self.runner.replayed or not hasattr(self.store, "replay_weights"):
             return None
-        state = self.store.weights(found.key)
+        state = self.store.replay_weights(found)  # None where its ids are other words than the student's
         if state is None:
             return None
         model = TinyGPT(GPTConfig.from_dict(found.record.config["model"]))
