@@ -13,7 +13,9 @@ Two keys, two uses:
 
 The replay key keeps the vocabulary's size, not its words: a word vocabulary is fitted on the train role's text, so
 another variant maps most ids to other words. Curves replay across vocabularies (with a note); a model's weights
-only where :func:`same_vocabulary` holds (:attr:`~spanviz.store.results.Found.same_vocabulary`).
+with your words only where :func:`same_vocabulary` holds (:attr:`~spanviz.store.results.Found.same_vocabulary`),
+else with the run's own words where they can be rebuilt here, else not at all
+(:meth:`~spanviz.store.replay.ReplayLookup.run_vocabulary`).
 """
 
 from __future__ import annotations
