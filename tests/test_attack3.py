@@ -183,7 +183,7 @@ def test_expanded_tensor_weight_bombs_are_refused_weights_only(tmp_path):
     from spanviz.store.weights import unpack_weights
 
     for name in ("expanded", "expanded one"):
-        archive, key = _archive_with_weights(tmp_path, name.replace(" ", "-"), lambda k: _bombs(k)[name])
+        archive, key = _archive_with_weights(tmp_path, name.replace(" ", "-"), lambda k, name=name: _bombs(k)[name])
         with pytest.raises(ValueError, match="expanded view|more than"):
             unpack_weights(_bombs(key)[name], key, "here")
         student = ResultsStore(tmp_path / f"student-{name}")
