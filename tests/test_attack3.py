@@ -349,6 +349,14 @@ def test_a_model_config_too_large_to_build_is_refused_before_building():
     with pytest.raises(ValueError, match="parameters"):
         GPTConfig(d_model=2**16, n_head=1, n_layer=1024)
     GPTConfig(n_layer=2, d_model=128)  # the notebooks' sizes are untouched
+    # The stabilisers' fields (logit soft-cap, QK-Clip, a per-layer local/global pattern) add no parameters: the same
+    # limits hold with them set, checked before their own checks and before building.
+    for later in ({"logit_softcap": 30.0, "qk_clip": 100.0}, {"global_every": 2, "window": 8}):
+        with pytest.raises(ValueError, match=r"n_layer.*1000000"):
+            GPTConfig(n_layer=10**6, **later)
+        with pytest.raises(ValueError, match="parameters"):
+            GPTConfig(d_model=2**16, n_head=1, n_layer=1024, **later)
+        assert GPTConfig(n_layer=2, d_model=128, **later).to_dict()["n_layer"] == 2
 
 
 # ============================================================== 9. Trainer.load_state_dict: one check for both doors
