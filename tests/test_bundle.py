@@ -158,10 +158,10 @@ def check_the_tour_looks_at_the_trained_model(namespace: dict, data: str, wikite
     assert loss < untrained - 2.0, (loss, untrained)  # ln(8192) = 9.0 nats untrained
     last = [v for v in record.history["val_loss"] if v is not None][-1]  # the same evaluation batches as the run's
     assert math.isclose(loss, last, abs_tol=0.02), (loss, last)  # its last val loss, up to float16 weights
-    if data != "offline":  # read with your vocabulary, its ids would be other words: far worse than its own
-        misread = Trainer(namespace["cfg"], namespace["train_cfg"], mine)
-        misread.model.load_state_dict(model.state_dict())
-        assert misread.evaluate() > last + 1.0
+    if data != "offline":  # fed your ids (here of its own training text, the validation split) it reads other words:
+        misread = Trainer(namespace["cfg"], namespace["train_cfg"], mine)  # worse than on unseen text in its own
+        misread.model.load_state_dict(model.state_dict())  # vocabulary
+        assert misread.evaluate() > loss, (misread.evaluate(), loss)
     namespace["untrained"].value = True  # the comparison the tour suggests
     assert namespace["shown"] == "an untrained model"
     assert namespace["x"][0].tolist() == window.tolist()  # an untrained model of your vocabulary reads your ids
