@@ -1,6 +1,7 @@
 """Small file helpers shared by the token cache, run records, checkpoints and the results store.
 
-* :func:`atomic_write` / :func:`atomic_open` — readers see the old file or the new one, never a partial one;
+* :func:`atomic_write` / :func:`atomic_open` — readers see the old file or the new one, never a partial one; a
+  device, FIFO or folder in the path's place is refused, never replaced;
 * :func:`check_writable_folder` — fail before any work when a folder cannot be written (a file in the way,
   read-only, a full disk);
 * :func:`folder_lock` — one writer per output folder (a ``filelock`` lock the operating system releases when
@@ -56,15 +57,17 @@ def atomic_open(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     ``0o666`` less the umask (``0o644`` under the usual umask 022, group-readable) — not the ``0o600`` of the
     temporary file.
 
+    A path that exists and is not a regular file (a device such as ``/dev/full`` or ``/dev/null``, a FIFO, a
+    socket, a folder; followed through symbolic links) is refused before anything is written, and again just
+    before the replace: it is never replaced by a file.
+
     Raises:
+        NotAFileError (a ValueError): ``path`` is a device, FIFO, socket or folder.
         OSError: the folder or the file cannot be written.
     """
     path = Path(path)
+    mode = _writable_file_mode(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)
-    except OSError:
-        mode = 0o666 & ~_umask()
     handle, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         if hasattr(os, "fchmod"):
@@ -73,10 +76,37 @@ def atomic_open(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
             yield temp
             temp.flush()
             os.fsync(temp.fileno())
+        _writable_file_mode(path)  # swapped in meanwhile?
         os.replace(temp_name, path)
     except BaseException:
         Path(temp_name).unlink(missing_ok=True)
         raise
+
+
+class NotAFileError(ValueError):
+    """A path to write a file to names something else (a device, a FIFO, a socket, a folder)."""
+
+
+def check_file_target(path: str | os.PathLike[str], what: str | None = None) -> None:
+    """Fail unless a file may be written at ``path``: it is missing or a regular file (symbolic links followed).
+
+    Raises:
+        NotAFileError (a ValueError): ``path`` is a device, FIFO, socket or folder, naming ``what`` (default: the
+            path).
+    """
+    _writable_file_mode(Path(path), what)
+
+
+def _writable_file_mode(path: Path, what: str | None = None) -> int:
+    """The mode a file written at ``path`` gets (see :func:`atomic_open`); refuses a path that is not a file."""
+    try:
+        st = os.stat(path)
+    except OSError:  # missing (or unreachable: the write says why)
+        return 0o666 & ~_umask()
+    if not stat.S_ISREG(st.st_mode):
+        raise NotAFileError(f"{what or path}: is {_kind(st.st_mode)}, not a regular file: give the path of a file "
+                            "to write")
+    return stat.S_IMODE(st.st_mode)
 
 
 def atomic_write(path: str | os.PathLike[str], payload: bytes) -> Path:
@@ -84,6 +114,9 @@ def atomic_write(path: str | os.PathLike[str], payload: bytes) -> Path:
 
     Readers see the old file or the new one, never a partial one; on any error the temporary file is removed
     and the old file is left as it was. Creates the parent folder. Returns the path.
+
+    Raises:
+        NotAFileError (a ValueError): ``path`` is a device, FIFO, socket or folder. OSError: it cannot be written.
     """
     with atomic_open(path) as handle:
         handle.write(payload)
@@ -242,5 +275,5 @@ def read_bounded(path: str | os.PathLike[str], max_bytes: int, what: str | None 
     return payload
 
 
-__all__ = ["LOCK_NAME", "FolderInUseError", "UnreadableFileError", "atomic_open", "atomic_write",
-           "check_writable_folder", "expand_user", "folder_lock", "open_bounded", "read_bounded"]
+__all__ = ["LOCK_NAME", "FolderInUseError", "NotAFileError", "UnreadableFileError", "atomic_open", "atomic_write",
+           "check_file_target", "check_writable_folder", "expand_user", "folder_lock", "open_bounded", "read_bounded"]

@@ -39,7 +39,7 @@ from spanviz.local_global.flex import flex_attention, flex_available
 from spanviz.local_global.stabilisers import is_global_layer, qk_clip_, qk_clip_factors, soft_cap
 from spanviz.spans.config import SpanConfig
 from spanviz.spans.fused import build_grad_fns
-from spanviz.validators import check_bool, check_choice, check_fields, check_float, check_int
+from spanviz.validators import check_bool, check_choice, check_fields, check_float, check_int, check_model_size
 
 ATTN_BACKENDS = ("auto", "explicit", "sdpa", "flex")
 HOOK_NAMES = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern")
@@ -52,7 +52,7 @@ class GPTConfig:
     Attributes:
         vocab_size: V [tokens], >= 1.
         context_length: T_max [tokens], the longest sequence the model accepts, >= 1.
-        n_layer: number of transformer blocks, >= 1.
+        n_layer: number of transformer blocks, 1..1024 (the whole model <= ~2^35 parameters: check_model_size).
         n_head: H, attention heads per layer, >= 1, must divide d_model.
         d_model: residual width d, >= 1.
         dropout: probability in [0, 1) used on embeddings, attention weights and residual branches.
@@ -99,9 +99,10 @@ class GPTConfig:
             object.__setattr__(self, name, check_int(name, getattr(self, name), 1))
         if self.d_model % self.n_head:
             raise ValueError(f"d_model must be divisible by n_head, got d_model={self.d_model}, n_head={self.n_head}")
+        check_model_size(self.n_layer, self.d_model, self.vocab_size, self.context_length)  # before building
         object.__setattr__(self, "dropout", check_float("dropout", self.dropout, 0.0, 1.0, high_open=True))  # 0 → 0.0
-        check_bool("bias", self.bias)
-        check_bool("qk_norm", self.qk_norm)
+        for name in ("bias", "qk_norm"):
+            check_bool(name, getattr(self, name))
         n_local, window = check_head_split(self.n_head, self.n_local, self.window)
         object.__setattr__(self, "n_local", n_local)
         object.__setattr__(self, "window", window)

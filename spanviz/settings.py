@@ -115,8 +115,8 @@ def check_splits(splits: Mapping[str, str] | None) -> dict[str, str]:
     for role, split in splits.items():
         if role not in ROLES:
             raise ValueError(f"splits has role {role!r}; allowed roles: {', '.join(ROLES)}")
-        split = SPLIT_ALIASES.get(split, split)
-        if split not in SPLITS:
+        split = SPLIT_ALIASES.get(split, split) if isinstance(split, str) else split
+        if not isinstance(split, str) or split not in SPLITS:
             raise ValueError(f"splits[{role!r}]={splits[role]!r} is not a WikiText-2 split; "
                              f"allowed: {', '.join(SPLITS)} (or 'valid' for 'validation')")
         checked[role] = split

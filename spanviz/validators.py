@@ -73,3 +73,38 @@ def check_fields(cls: type, d: Any) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"unknown {cls.__name__} field(s) {sorted(unknown)}; allowed: {sorted(known)}")
     return dict(d)
+
+
+def printable(value: Any, max_chars: int = 120) -> str:
+    """``str(value)`` safe to print on a terminal: every character that is not printable (escape sequences, line
+    breaks, tabs, other control characters) shown as its ``\\x..`` / ``\\u....`` escape, and at most ``max_chars``
+    characters (longer text ends in ``…``). For every string that came from a file (labels, device names, ...).
+
+    Raises:
+        ValueError: ``max_chars`` not an int >= 1.
+    """
+    max_chars = check_int("max_chars", max_chars, 1)
+    text = str(value)
+    shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text[:max_chars])
+    return shown if len(text) <= max_chars and len(shown) <= max_chars else shown[: max_chars - 1] + "…"
+
+
+MAX_LAYERS = 1024
+"""Largest ``n_layer`` of a model (a million modules take minutes to build before memory runs out)."""
+MAX_PARAMS = 2**35
+"""Largest parameter count of a model, approximately (128 GiB in float32)."""
+
+
+def check_model_size(n_layer: int, d_model: int, vocab_size: int, context_length: int) -> None:
+    """Refuse a GPT too large to build: ``n_layer`` above :data:`MAX_LAYERS`, or about ``12·n_layer·d_model² +
+    (vocab_size + context_length)·d_model`` parameters above :data:`MAX_PARAMS` (cheap: builds nothing).
+
+    Raises:
+        ValueError: naming the fields, their values and the limit.
+    """
+    check_int("n_layer", n_layer, 1, MAX_LAYERS)
+    approx = 12 * n_layer * d_model**2 + (vocab_size + context_length) * d_model
+    if approx > MAX_PARAMS:
+        raise ValueError(f"the model has about {approx:.2e} parameters (12·n_layer·d_model² + (vocab_size + "
+                         f"context_length)·d_model), more than the {MAX_PARAMS:.2e} allowed: lower n_layer={n_layer}, "
+                         f"d_model={d_model}, vocab_size={vocab_size} or context_length={context_length}")

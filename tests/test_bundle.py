@@ -1,6 +1,8 @@
 """The workshop bundle: runs precomputed on a GPU replay in the notebooks on a CPU-only machine — offline (the
 validation and test splits the bundle was trained on) and where the data has its real split names (Binder, online
-installs: train on train, evaluate on validation), saying so; the tour's look-inside shows the trained model.
+installs: train on train, evaluate on validation), saying so; the tour's look-inside shows the trained model, and
+its text is sampled from that model, both read with the vocabulary of the text it was trained on (the student's own
+where it is the same text, else rebuilt from the bundle's split, as the status line says).
 
 The shipped bundle (``spanviz/bundles/workshop-gpu.zip``) is made with ``scripts/make_workshop_bundle.py`` on a
 GPU. If a change to the configurations (a new config field, other notebook defaults, other data) changes the
@@ -119,26 +121,50 @@ def test_shipped_bundle_replays_every_notebook_default_without_training(data, tm
         other_data = "trained on the validation split, evaluated on test — your data: train, validation"
         assert (other_data in status) == (data != "offline"), status
         if path.name.startswith("00"):
-            check_the_tour_looks_at_the_trained_model(namespace, data)
+            check_the_tour_looks_at_the_trained_model(namespace, data, wikitext_dir)
+            check_the_tour_samples_from_the_trained_model(namespace, data, wikitext_dir)
 
 
-def check_the_tour_looks_at_the_trained_model(namespace: dict, data: str) -> None:
-    """The look-inside after the replay shows the replayed run's final model: its weights are the run's (their
-    evaluation loss is the record's last one, on the same evaluation split) and far from an untrained model's."""
-    panel = namespace["panel"]
+def check_the_tour_looks_at_the_trained_model(namespace: dict, data: str, wikitext_dir: Path) -> None:
+    """The look-inside after the replay shows the replayed run's final model, reading the words its ids mean: its
+    weights are the run's (their evaluation loss on the run's own evaluation data is the record's last one) and far
+    from an untrained model's. Offline the data's vocabulary is the bundle's; with the real split names (the hub's
+    train split fits another vocabulary) the bundle's own is rebuilt from its validation split here, the status line
+    says so, and the window is fed to the model in that vocabulary (issue 39, finding 1, without losing the model)."""
+    from spanviz.data import prepare_tokens
+    from spanviz.data.tokenizers import translate_ids
+
+    panel, mine = namespace["panel"], namespace["data"]
+    found = panel.found["tiny GPT"]
+    status = html.unescape(getattr(panel, "training", panel).status.value)
+    assert found.same_vocabulary == (data == "offline")
+    assert found.vocabulary.state == ("yours" if data == "offline" else "rebuilt"), found.vocabulary
+    assert ("its model reads its own, rebuilt here from the validation split" in status) == (data != "offline")
+    assert "not shown" not in status, status
     assert "replayed from the store" in namespace["shown"], namespace["shown"]
-    model = panel.replayed_model("tiny GPT")
-    record = panel.found["tiny GPT"].record
-    trainer = Trainer(namespace["cfg"], namespace["train_cfg"], namespace["data"])  # built, never stepped
+    model, vocab = panel.replayed_model("tiny GPT"), panel.replayed_tokenizer("tiny GPT")
+    theirs = prepare_tokens(wikitext_dir, splits={"train": "validation", "eval": "test"}, max_vocab=8192)
+    assert vocab.itos == theirs.tokenizer.itos and (vocab is mine.tokenizer) == (data == "offline")
+    # What the heatmaps were fed and labelled with: the window of your evaluation split, in the model's vocabulary.
+    window = mine.eval_ids[: namespace["cfg"].context_length]
+    assert namespace["x"][0].tolist() == translate_ids(window, mine.tokenizer, vocab).tolist()
+    assert namespace["tokens"] == [vocab.decode([i]) for i in namespace["x"][0].tolist()]
+    assert (namespace["x"][0].tolist() == window.tolist()) == (data == "offline")  # your ids are other words to it
+    record = found.record
+    trainer = Trainer(namespace["cfg"], namespace["train_cfg"], theirs)  # built, never stepped
     untrained = trainer.evaluate()
     trainer.model.load_state_dict(model.state_dict())
     loss = trainer.evaluate()
     assert loss < untrained - 2.0, (loss, untrained)  # ln(8192) = 9.0 nats untrained
-    if data == "offline":  # the same evaluation batches as the run's: its last val loss, up to float16 weights
-        last = [v for v in record.history["val_loss"] if v is not None][-1]
-        assert math.isclose(loss, last, abs_tol=0.02), (loss, last)
+    last = [v for v in record.history["val_loss"] if v is not None][-1]  # the same evaluation batches as the run's
+    assert math.isclose(loss, last, abs_tol=0.02), (loss, last)  # its last val loss, up to float16 weights
+    if data != "offline":  # fed your ids (here of its own training text, the validation split) it reads other words:
+        misread = Trainer(namespace["cfg"], namespace["train_cfg"], mine)  # worse than on unseen text in its own
+        misread.model.load_state_dict(model.state_dict())  # vocabulary
+        assert misread.evaluate() > loss, (misread.evaluate(), loss)
     namespace["untrained"].value = True  # the comparison the tour suggests
     assert namespace["shown"] == "an untrained model"
+    assert namespace["x"][0].tolist() == window.tolist()  # an untrained model of your vocabulary reads your ids
     scores = namespace["views"]["logits S", 0]
     assert float(torch.tensor(scores).nan_to_num().abs().max()) < 1.0  # logits all close to 0 before training
 
@@ -171,3 +197,22 @@ def test_make_workshop_bundle_trains_in_processes_and_exports_one_codes_runs(tmp
     assert run["config"]["data"]["splits"] == {"train": "validation", "eval": "test"}
     student = ResultsStore(tmp_path / "student")
     assert load_bundle(out, student)["weights"] == 1
+
+
+def check_the_tour_samples_from_the_trained_model(namespace: dict, data: str, wikitext_dir: Path) -> None:
+    """"What the model writes" samples from the replayed run's final weights and reads its ids with the vocabulary of
+    the text the run trained on (the offline validation split) — also where the student's own vocabulary differs."""
+    from spanviz.data import prepare_tokens
+
+    samples = namespace["samples"]
+    [(heading, (model, tokenizer))] = samples.models.items()
+    assert heading == "the final model of the replayed run"
+    replayed = namespace["panel"].replayed_model("tiny GPT").state_dict()
+    assert all(torch.equal(tensor, replayed[name]) for name, tensor in model.state_dict().items())
+    trained_on = prepare_tokens(wikitext_dir, splits={"train": "validation", "eval": "test"}, max_vocab=8192)
+    assert tokenizer.itos == trained_on.tokenizer.itos
+    assert (tokenizer.itos == namespace["data"].tokenizer.itos) == (data == "offline")
+    assert tokenizer is namespace["panel"].replayed_tokenizer("tiny GPT")  # the look-inside's: one decision
+    sample = samples.samples[heading]
+    assert sample.prompt == "The game was released in"
+    assert sample.ids.numel() == sample.n_prompt + samples.controls["max_new_tokens"].value

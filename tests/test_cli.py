@@ -691,7 +691,7 @@ def test_config_file_values_are_defaults_that_typed_flags_override(tmp_path):
     """--config FILE's values come first and typed flags override them; a field the file leaves out keeps its own
     default rule (the warm-up is 10 % of the typed --steps, not of the file's)."""
     from spanviz.cli.main import parse
-    from spanviz.cli.train_checks import read_config_file
+    from spanviz.cli.config_file import read_config_file
 
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"model": {"n_layer": 3, "bias": False}, "train": {"steps": 300, "lr": 0.001}}))

@@ -67,7 +67,7 @@ def test_a_run_of_other_data_replays_and_the_status_says_which_data(tmp_path):
     assert built == [] and student.replayed == ["tiny GPT"]
     assert student.status.value == html_escaped(
         "replayed from the store: tiny GPT (3 steps, on a CPU; trained on the validation split, evaluated on test "
-        "— your data: train, validation)")
+        "— your data: train, validation; with another vocabulary than yours (its ids are other words))")
     assert student.histories["tiny GPT"] == made_offline.histories["tiny GPT"]
 
 
@@ -106,3 +106,60 @@ def test_the_tour_panel_keeps_the_final_weights_and_gives_the_model_after_a_repl
     plain.train(blocking=True)
     plain.train(blocking=True)
     assert plain.replayed == ["tiny GPT"] and plain.replayed_model("tiny GPT") is None  # no weights were kept
+
+
+def test_a_replayed_model_comes_with_the_words_its_ids_mean_or_is_not_shown(tmp_path, monkeypatch, wikitext_dir):
+    """The tour's three cases, on real text: a run of your own training text replays its model with your vocabulary;
+    one of another split (the bundle's validation split, where yours is test) with its own, rebuilt here from its
+    split and checked by the text's sha256 — the same model, the same tokenizer for looking inside and for sampling;
+    one whose split this machine holds as other text cannot be rebuilt: its curve replays, its model is not shown,
+    and the status line says so."""
+    import shutil
+
+    from spanviz.data.tokens import prepare_tokens
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("SPANVIZ_HOME", str(home))
+    monkeypatch.setenv("SPANVIZ_WIKITEXT_DIR", str(wikitext_dir))  # where a run's own split is read again
+    bundle_data = prepare_tokens(wikitext_dir, splits={"train": "validation", "eval": "test"}, max_vocab=64)
+    mine = prepare_tokens(wikitext_dir, splits={"train": "test", "eval": "validation"}, max_vocab=64)
+    store = ResultsStore(tmp_path / "runs")
+    trainers = {}
+
+    def make(spec, data):
+        trainers[spec.label] = Trainer(spec.model_cfg, spec.train_cfg, data)
+        return trainers[spec.label]
+
+    specs = lambda: [RunSpec("tiny GPT", SMALL, TINY_TRAIN)]  # noqa: E731 (SMALL: V = 64)
+    TrainingPanel(specs, data=bundle_data, store=store, static=False, keep_weights=True, trainer_factory=make).train(
+        blocking=True)
+    trained = trainers["tiny GPT"].model.state_dict()
+
+    same = TrainingPanel(specs, data=bundle_data, store=store, static=False, keep_weights=True)
+    same.train(blocking=True)
+    assert same.found["tiny GPT"].vocabulary.state == "yours"
+    assert same.replayed_tokenizer("tiny GPT") is bundle_data.tokenizer and same.replayed_model("tiny GPT") is not None
+
+    student = TrainingPanel(specs, data=mine, store=store, static=False, keep_weights=True)
+    student.train(blocking=True)
+    assert student.replayed == ["tiny GPT"] and student.found["tiny GPT"].vocabulary.state == "rebuilt"
+    model, tokenizer = student.replayed_model("tiny GPT"), student.replayed_tokenizer("tiny GPT")
+    for name, tensor in model.state_dict().items():  # the trained model, not an untrained one
+        torch.testing.assert_close(tensor, trained[name], rtol=2e-3, atol=2e-4)
+    assert tokenizer.itos == bundle_data.tokenizer.itos != mine.tokenizer.itos
+    assert student.status.value.endswith(html_escaped(
+        "with another vocabulary than yours: its model reads its own, rebuilt here from the validation split)"))
+
+    changed = tmp_path / "changed"  # this machine's "validation" split is other text than the run's
+    changed.mkdir()
+    shutil.copy(wikitext_dir / "test.txt", changed / "test.txt")
+    text = (wikitext_dir / "valid.txt").read_text(encoding="utf-8")
+    (changed / "valid.txt").write_text(text[: len(text) // 2], encoding="utf-8")
+    monkeypatch.setenv("SPANVIZ_WIKITEXT_DIR", str(changed))
+    elsewhere = TrainingPanel(specs, data=mine, store=store, static=False, keep_weights=True)
+    elsewhere.train(blocking=True)
+    assert elsewhere.replayed == ["tiny GPT"] and elsewhere.histories["tiny GPT"] == same.histories["tiny GPT"]
+    assert elsewhere.found["tiny GPT"].vocabulary.state == "unavailable"
+    assert elsewhere.replayed_model("tiny GPT") is None and elsewhere.replayed_tokenizer("tiny GPT") is None
+    assert elsewhere.status.value.endswith(html_escaped(
+        "with another vocabulary than yours (its ids are other words), not to be had here: its model is not shown)"))

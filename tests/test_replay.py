@@ -10,10 +10,13 @@ from __future__ import annotations
 import copy
 import io
 import zipfile
+from types import SimpleNamespace
 
 import pytest
 import torch
 
+from spanviz.data.tokenizers import ByteTokenizer, translate_ids
+from spanviz.data.tokens import prepare_tokens
 from spanviz.model import GPTConfig, TinyGPT
 from spanviz.store import ResultsStore
 from spanviz.store.bundle import replay_note
@@ -25,12 +28,12 @@ OFFLINE = {"train": "validation", "eval": "test"}
 ONLINE = {"train": "train", "eval": "validation"}
 
 
-def make_config(splits=OFFLINE, text=("aa", "bb"), d_model=64, seed=0) -> dict:
-    return {
-        "model": {"vocab_size": 512, "d_model": d_model, "n_layer": 2, "spans": None},
+def make_config(splits=OFFLINE, text=("aa", "bb"), d_model=16, seed=0) -> dict:
+    return {  # the model of _tiny_model() at d_model 16 (stored weights must fit their run's model)
+        "model": {"vocab_size": 64, "context_length": 8, "d_model": d_model, "n_layer": 1, "n_head": 2, "spans": None},
         "train": {"steps": 3, "lr": 3e-3, "seed": seed, "device": "auto", "checkpoint_interval": None},
         "data": {"dataset": "wikitext-2", "source": "local folder", "config": "wikitext-2-v1", "splits": dict(splits),
-                 "tokenizer": "word", "max_vocab": 512, "vocab_size": 512,
+                 "tokenizer": "word", "max_vocab": 64, "vocab_size": 64,
                  "n_tokens": {"train": 100, "eval": 50}, "text_sha256": {"train": text[0], "eval": text[1]},
                  "cache_key": "k" + text[0]},
         "probes": [],
@@ -74,7 +77,8 @@ def test_find_answers_the_exact_run_else_one_of_other_data_and_says_what_differs
     assert found.record.history == bundle_run.history
     note = replay_note({"tiny GPT": found})
     assert note == ("replayed from the store: tiny GPT (3 steps, on NVIDIA H100 80GB HBM3; trained on the "
-                    "validation split, evaluated on test — your data: train, validation)")
+                    "validation split, evaluated on test — your data: train, validation; with another vocabulary "
+                    "than yours (its ids are other words))")  # no model asked for: its vocabulary is not decided
 
     exact = store.find(bundle_run.config)
     assert exact.exact and exact.differences == {}
@@ -105,8 +109,77 @@ def test_find_prefers_the_same_splits_and_indexes_runs_stored_before_the_index(t
     # A stray index entry (naming a run of another configuration) is not believed.
     stray = make_record(make_config(OFFLINE, d_model=32))
     key = store.put(stray)
-    (tmp_path / "replay" / f"{replay_key(make_config(d_model=16))}-{key}").touch()
-    assert store.find(make_config(ONLINE, d_model=16)) is None
+    (tmp_path / "replay" / f"{replay_key(make_config(d_model=24))}-{key}").touch()
+    assert store.find(make_config(ONLINE, d_model=24)) is None
+
+
+def test_weights_replay_only_with_the_same_vocabulary_curves_with_a_note(tmp_path, monkeypatch, wikitext_dir):
+    """Issue 39, finding 1: the word vocabulary is fitted on the train role's text; the replay key keeps only its size.
+    A run of other train text whose text cannot be had here replays its curve, says so, and never gives its weights;
+    one of the same train text gives them with your vocabulary. (Rebuilt vocabularies: the next test.)"""
+    monkeypatch.setenv("SPANVIZ_HOME", str(tmp_path / "home"))  # the token cache of the split read to check
+    store = ResultsStore(tmp_path)
+    bundle_run = make_record(make_config(OFFLINE, ("aa", "bb")))
+    key = store.put(bundle_run, weights=_tiny_model().state_dict())
+    other_train = store.find(make_config(ONLINE, ("cc", "aa")))  # Binder: train on the train split
+    assert other_train.key == key and not other_train.exact and not other_train.same_vocabulary
+    assert other_train.record.history == bundle_run.history  # the curve replays
+    assert other_train.vocabulary is None  # decided once, when a model is asked for
+    # Its validation split here is other text than "aa" (sha256): its vocabulary cannot be rebuilt.
+    assert store.weights(key) is not None and store.replay_weights(other_train, data_dir=wikitext_dir) is None
+    assert other_train.vocabulary.state == "unavailable" and not other_train.vocabulary.shown
+    assert "other text than the 'validation' split" in other_train.vocabulary.reason
+    note = replay_note({"tiny GPT": other_train})
+    assert "another vocabulary" in note and note.endswith("not to be had here: its model is not shown)")
+    mine = object()  # stands for the student's tokenizer: handed back as it is
+    same_train = store.find(make_config({"train": "validation", "eval": "train"}, ("aa", "zz")))  # other eval only
+    assert same_train.key == key and same_train.same_vocabulary
+    replayed = store.replay_weights(same_train, data=SimpleNamespace(tokenizer=mine))
+    assert replayed.vocabulary.state == "yours" and replayed.vocabulary.tokenizer is mine
+    assert set(replayed.state) == set(_tiny_model().state_dict())
+    assert "another vocabulary" not in replay_note({"tiny GPT": same_train})
+    exact = store.find(bundle_run.config)
+    assert exact.exact and exact.same_vocabulary and store.replay_weights(exact).vocabulary.state == "yours"
+    # The byte tokenizer's ids are the same bytes whatever the text.
+    byte_cfg = make_config(OFFLINE, ("aa", "bb"), d_model=32)
+    byte_cfg["data"]["tokenizer"] = "byte"
+    store.put(make_record(byte_cfg))
+    wanted = copy.deepcopy(byte_cfg)
+    wanted["data"].update(splits=ONLINE, text_sha256={"train": "cc", "eval": "aa"})
+    assert store.find(wanted).same_vocabulary
+    # Among runs of other data, one with the student's vocabulary wins over a newer one without.
+    newer = make_record(make_config(ONLINE, ("dd", "ee")), started="2027-01-01T00:00:00+00:00")
+    store.put(newer)
+    assert store.find(make_config({"train": "validation", "eval": "train"}, ("aa", "yy"))).key == key
+
+
+def test_replayed_weights_come_with_the_vocabulary_they_need(tmp_path, monkeypatch, wikitext_dir):
+    """The one decision (ResultsStore.run_vocabulary), on real text: a run trained on another split than yours gives
+    its weights with its own vocabulary, fitted again here on its split and checked by its text's sha256, so the same
+    words reach it as other ids than yours; the note says its model reads its own words."""
+    monkeypatch.setenv("SPANVIZ_HOME", str(tmp_path / "home"))
+    bundle_data = prepare_tokens(wikitext_dir, splits=OFFLINE, max_vocab=64)  # the model of _tiny_model(): V = 64
+    mine = prepare_tokens(wikitext_dir, splits={"train": "test", "eval": "validation"}, max_vocab=64)
+    assert bundle_data.tokenizer.itos != mine.tokenizer.itos
+    config = {**make_config(), "data": bundle_data.describe()}
+    store = ResultsStore(tmp_path / "runs")
+    key = store.put(make_record(config), weights=_tiny_model().state_dict())
+    found = store.find({**config, "data": mine.describe()})
+    assert found.key == key and not found.same_vocabulary
+    replayed = store.replay_weights(found, mine, data_dir=wikitext_dir)
+    assert replayed.vocabulary.state == "rebuilt" and replayed.vocabulary.shown
+    theirs = replayed.vocabulary.tokenizer
+    assert theirs.itos == bundle_data.tokenizer.itos and store.run_vocabulary(found, mine) is replayed.vocabulary
+    assert replay_note({"tiny GPT": found}).endswith(
+        "with another vocabulary than yours: its model reads its own, rebuilt here from the validation split)")
+    # The tour's window, token by token in the run's vocabulary: the same words (<unk> where it lacks one).
+    ids = mine.eval_ids[:60]
+    read = translate_ids(ids, mine.tokenizer, theirs)
+    assert theirs.token_strings(read) == [w if w in theirs.stoi else "<unk>" for w in mine.tokenizer.token_strings(ids)]
+    assert read.tolist() != ids.tolist()  # your ids would have been other words to it
+    assert translate_ids(ids, mine.tokenizer, mine.tokenizer).tolist() == ids.tolist()
+    with pytest.raises(ValueError, match="^target.kind='byte' must be source's 'word'"):
+        translate_ids(ids, mine.tokenizer, ByteTokenizer())
 
 
 # ================================================================================================ weights

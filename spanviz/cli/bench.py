@@ -15,7 +15,7 @@ from spanviz.settings import OFFLINE_SPLITS, resolve_data_source
 from spanviz.bench import SECTIONS as BENCH_SECTIONS
 from spanviz.bench import format_results, run_benchmarks
 from spanviz.cli.common import UsageError, announce_smoke, as_flags, smoke
-from spanviz.files import atomic_write, check_writable_folder, expand_user
+from spanviz.files import atomic_write, check_file_target, check_writable_folder, expand_user
 from spanviz.train.config import resolve_device
 
 
@@ -74,6 +74,7 @@ def cmd_bench(cmd: BenchCommand) -> int:
     if out is not None:
         try:
             check_writable_folder(out.parent, f"--out {out}")
+            check_file_target(out, f"--out {out}")
         except ValueError as error:
             raise UsageError(str(error)) from None
 

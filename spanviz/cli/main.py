@@ -22,7 +22,7 @@ from spanviz.cli.prepare_data import PrepareDataCommand, cmd_prepare_data
 from spanviz.cli.runs import RunsCommand, cmd_runs
 from spanviz.cli.sweep import SweepCommand, cmd_sweep
 from spanviz.cli.train import TrainCommand, cmd_train
-from spanviz.cli.train_checks import read_config_file
+from spanviz.cli.config_file import read_config_file
 
 DESCRIPTION = ("The ``spanviz`` command: ``prepare-data``, ``train``, ``sweep``, ``runs``, ``bench`` "
                "(also ``python -m spanviz``).")

@@ -13,6 +13,7 @@ from spanviz.cli.common import UsageError
 from spanviz.experiments.results import format_table
 from spanviz.files import check_writable_folder
 from spanviz.store import ResultsStore
+from spanviz.validators import printable
 from spanviz.store.listing import matches, run_row, shipped_runs
 
 
@@ -71,7 +72,7 @@ def cmd_runs(cmd: RunsCommand) -> int:
         if rows:
             print(format_table(rows, float_format=".4f"))
         for _, why in bad:
-            print(f"warning: skipped a damaged entry: {why}", file=sys.stderr)
+            print(f"warning: skipped a damaged entry: {printable(why, 300)}", file=sys.stderr)
         counts = {o: sum(r["origin"] == o for r in rows) for o in ("bundle", "local")}
         print(f"{len(rows)} runs{_describe(filters)} in {store.root} ({counts['local']} local, {counts['bundle']} "
               "from the shipped workshop bundle)" + (f"; {len(good) - len(rows)} others" if filters else "")
@@ -84,7 +85,7 @@ def cmd_runs(cmd: RunsCommand) -> int:
     if cmd.action == "export":
         good, bad = store.scan()
         for _, why in bad:
-            print(f"warning: not exported, damaged: {why}", file=sys.stderr)
+            print(f"warning: not exported, damaged: {printable(why, 300)}", file=sys.stderr)
         if filters:
             shipped = shipped_runs()
             good = {key: record for key, record in good.items() if matches(run_row(key, record, shipped), **filters)}
@@ -95,7 +96,7 @@ def cmd_runs(cmd: RunsCommand) -> int:
     check_writable_folder(store.root, f"the results store {store.root}")
     report = store.import_report(cmd.file, overwrite=cmd.overwrite)
     for entry, why in report.rejected:
-        print(f"warning: rejected {entry}: {why}", file=sys.stderr)
+        print(f"warning: rejected {printable(entry)}: {printable(why, 300)}", file=sys.stderr)
     print(f"imported {len(report.written)} runs into {store.root}"
           + (f"; {len(report.kept)} already there, kept (--overwrite replaces them)" if report.kept else "")
           + (f"; {len(report.rejected)} rejected" if report.rejected else ""))

@@ -15,8 +15,9 @@ import torch
 import tyro
 
 from spanviz.cli.common import DataOptions, UsageError, announce_smoke, as_flags, check_home, load_data, smoke
+from spanviz.cli.config_file import ConfigFile
 from spanviz.cli.train_checks import (
-    ConfigFile, ProbeOptions, SpanOptions, TrainPlan, build_probes, fresh_plan, resume_plan, smoke_train,
+    ProbeOptions, SpanOptions, TrainPlan, build_probes, fresh_plan, resume_plan, smoke_train,
 )
 from spanviz.files import check_writable_folder, folder_lock
 from spanviz.model import GPTConfig

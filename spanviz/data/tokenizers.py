@@ -238,3 +238,27 @@ def tokenizer_from_dict(state: Mapping[str, Any]) -> Tokenizer:
     if kind == "byte":
         return ByteTokenizer.from_dict(state)
     raise ValueError(f"state['kind']={kind!r} is not a tokenizer; allowed: {', '.join(TOKENIZER_KINDS)}")
+
+
+def translate_ids(ids: Tensor | Sequence[int], source: Tokenizer, target: Tokenizer) -> Tensor:
+    """The ids in ``target``'s vocabulary of the tokens that ``ids`` stand for in ``source``'s: the same text read
+    by a model of another vocabulary (a replayed run's, :func:`spanviz.data.tokens.run_tokenizer`), token by token.
+
+    Word tokenizers: each token looked up by its string (``<eos>`` stays ``<eos>``; a word outside ``target``'s
+    vocabulary becomes ``<unk>``, as :meth:`WordTokenizer.encode` would make it). Byte tokenizers: the ids as they
+    are (every byte tokenizer has the same 256 ids). So the length is kept: shape ``(n,)`` in, ``(n,)`` out,
+    ``torch.long``.
+
+    Raises:
+        ValueError: ``source`` and ``target`` of different kinds (a word is not one byte), or an id outside
+            ``source``'s vocabulary.
+
+    Source: spanviz.
+    """
+    if source.kind != target.kind:
+        raise ValueError(f"target.kind={target.kind!r} must be source's {source.kind!r}: only tokenizers of one kind "
+                         "map token to token")
+    if source is target or isinstance(source, ByteTokenizer):
+        return torch.tensor(_ids_to_list(ids, source.vocab_size), dtype=torch.long)
+    stoi, unk = target.stoi, target.unk_id  # a WordTokenizer, like source
+    return torch.tensor([stoi.get(token, unk) for token in source.token_strings(ids)], dtype=torch.long)

@@ -217,3 +217,37 @@ def load_tokens(data_dir: str | os.PathLike[str] | None = None, **settings: Any)
     """
     folder, splits = resolve_data_source(data_dir, local_splits=OFFLINE_SPLITS)
     return prepare_tokens(folder, splits=splits, **settings)
+
+
+def run_tokenizer(data_config: Mapping[str, Any], data: TokenData | None = None,
+                  data_dir: str | os.PathLike[str] | None = None) -> Tokenizer:
+    """The tokenizer a run was trained with, from its record's ``config["data"]`` (:meth:`TokenData.describe`).
+
+    A model's token ids mean the words of the vocabulary fitted on *its* training text: a run replayed from the store
+    may have trained on another split than yours (the workshop bundle: the offline copy's validation split), and its
+    ids read with your tokenizer would be other words. So: ``data.tokenizer`` when ``data`` has the run's training
+    text (same sha256) and tokenizer settings; else the tokenizer fitted again on the run's splits from the split
+    policy's source (``data_dir``, ``$SPANVIZ_WIKITEXT_DIR``, the remembered folder, or the hub), cached like any
+    token data, once its training text is checked to be the run's (sha256).
+
+    Raises:
+        ValueError: ``data_config`` lacks the splits, tokenizer or text sha256; the run's training text is not what
+            this machine's source gives for its split (another sha256), so its vocabulary cannot be rebuilt here; or
+            a split this source lacks (what :func:`prepare_tokens` raises).
+    """
+    try:
+        splits, kind, config = dict(data_config["splits"]), str(data_config["tokenizer"]), data_config["config"]
+        max_vocab, sha = data_config.get("max_vocab"), data_config["text_sha256"]["train"]
+    except (KeyError, TypeError):
+        raise ValueError("data_config must be a run record's config['data'] with 'splits', 'tokenizer', 'config' "
+                         "and 'text_sha256' (TokenData.describe())") from None
+    if data is not None and data.text_sha256.get("train") == sha and (data.tokenizer.kind, data.tokenizer.max_vocab) \
+            == (kind, max_vocab):
+        return data.tokenizer
+    folder, _ = resolve_data_source(data_dir, local_splits=OFFLINE_SPLITS)
+    rebuilt = prepare_tokens(folder, config, splits, tokenizer=kind, max_vocab=max_vocab)
+    if rebuilt.text_sha256["train"] != sha:
+        raise ValueError(f"the run trained on other text than the {splits.get('train')!r} split here (sha256 "
+                         f"{sha[:12]}… there, {rebuilt.text_sha256['train'][:12]}… here): its vocabulary cannot be "
+                         "rebuilt, so its token ids cannot be read as words")
+    return rebuilt.tokenizer

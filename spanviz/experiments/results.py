@@ -17,6 +17,7 @@ from typing import Any
 from spanviz.experiments.stats import ALPHA, compare_groups
 from spanviz.files import atomic_write
 from spanviz.train.record import RunRecord, to_json_text
+from spanviz.validators import printable
 
 METRICS = ("best_val_loss", "final_val_loss", "final_train_loss")
 """Named metrics of :func:`metric_value`; any history key also works (its last measured value)."""
@@ -196,7 +197,8 @@ def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | Non
             key, in order of first appearance (``n_runs`` is left out for ``summarize`` rows).
         float_format: the format spec of floats (default 4 significant digits).
     Returns:
-        The table, columns left-aligned; None as "-"; "" for no rows.
+        The table, columns left-aligned; None as "-"; "" for no rows. Cells other than floats are
+        :func:`~spanviz.validators.printable` (escapes shown, at most 120 characters).
     """
     rows = list(rows)
     if not rows:
@@ -211,7 +213,7 @@ def format_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | Non
             return "-"
         if isinstance(value, float):
             return format(value, float_format)
-        return str(value)
+        return printable(value)  # values may come from files: no terminal escapes, no line breaks, capped
 
     table = [list(columns)] + [[cell(row.get(c)) for c in columns] for row in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(columns))]

@@ -146,7 +146,7 @@ def solve_gamma(r: int, n_keys: int, delta: float, tol: float = 1e-12) -> float:
 
 def _solve_gamma(r: int, n_keys: int, delta: float, tol: float = 1e-12) -> float:
     # γ − 1 − ln γ = (2/r) ln(2N/δ) =: target > 0
-    target = 2.0 * math.log(2.0 * n_keys / delta) / r
+    target = 2.0 * (math.log(2.0) + math.log(n_keys) - math.log(delta)) / r  # ln(2N/δ) without overflow
     f = lambda g: g - 1.0 - math.log(g)  # noqa: E731  (increasing on (1, ∞), without bound)
     lo, hi = 1.0, 2.0
     while f(hi) < target:
@@ -155,6 +155,8 @@ def _solve_gamma(r: int, n_keys: int, delta: float, tol: float = 1e-12) -> float
     while hi - lo > tol * max(1.0, lo):
         # bisection: f(lo) < target <= f(hi); keep the half where f crosses target
         mid = 0.5 * (lo + hi)
+        if not lo < mid < hi:  # adjacent floats: as close as float arithmetic gets
+            break
         lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
     return 0.5 * (lo + hi)
 
@@ -174,7 +176,7 @@ def alpha_agnostic(d: int, n_pairs: int, delta: float) -> float:
 
 def _alpha_agnostic(d: int, n_pairs: int, delta: float) -> float:
     # α_agn = √(2 ln(4K/δ) / d)
-    return math.sqrt(2.0 * math.log(4.0 * n_pairs / delta) / d)
+    return math.sqrt(2.0 * (math.log(4.0) + math.log(n_pairs) - math.log(delta)) / d)  # ln(4n/δ), no overflow
 
 
 def alpha_star(d: int, r: int, n_pairs: int, n_keys: int, delta: float, gamma: float | None = None) -> float:
@@ -208,7 +210,7 @@ def _alpha_star(d: int, r: int, n_pairs: int, delta: float, gamma: float) -> flo
     # min(γ r, d): a key's energy fraction in the row space is at most 1
     energy = min(gamma * r, float(d))
     # α* = √(2 γ r ln(4K/δ)) / d
-    return math.sqrt(2.0 * energy * math.log(4.0 * n_pairs / delta)) / d
+    return math.sqrt(2.0 * energy * (math.log(4.0) + math.log(n_pairs) - math.log(delta))) / d  # ln(4n/δ)
 
 
 def logit_bounds(sigma: float | Tensor, d: int, d_head: int, *, r: int | None = None, n_pairs: int, n_keys: int,

@@ -51,8 +51,10 @@ The package exports :class:`ResultsStore` and the shipped bundle (:data:`BUNDLE`
 <spanviz.store.keys.config_key>`, :func:`~spanviz.store.keys.replay_key`, :func:`~spanviz.store.keys.default_root`,
 the replay index), :mod:`~spanviz.store.results` (:class:`ResultsStore`, :class:`~spanviz.store.results.Found`),
 :mod:`~spanviz.store.archive` (the checks of records and archives from elsewhere; reading and writing an archive),
-:mod:`~spanviz.store.bundle` (the shipped workshop bundle), :mod:`~spanviz.store.weights` (a run's final weights,
-packed and checked), :mod:`~spanviz.store.listing` (the rows of ``spanviz runs list``).
+:mod:`~spanviz.store.replay` (runs of other data, and the one decision of the vocabulary a replayed run's weights
+are read with: :meth:`~spanviz.store.replay.ReplayLookup.run_vocabulary`), :mod:`~spanviz.store.bundle` (the shipped
+workshop bundle), :mod:`~spanviz.store.weights` (a run's final weights, packed and checked),
+:mod:`~spanviz.store.listing` (the rows of ``spanviz runs list``).
 """
 
 from spanviz.store.bundle import BUNDLE, describe_runs, load_bundle

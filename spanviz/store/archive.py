@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from spanviz.files import atomic_open, expand_user, open_bounded
+from spanviz.store.history import check_history
 from spanviz.store.keys import KEY_RE, STORABLE, config_key
 from spanviz.store.weights import MAX_WEIGHTS_BYTES, unpack_weights
 from spanviz.train import RunRecord
@@ -106,7 +107,8 @@ def record_from_json(payload: bytes | str, where: str) -> RunRecord:
     arrays and :data:`MAX_VALUES` values (counted on the bytes, before parsing); the JSON parses (any nesting
     depth fails cleanly) with no integer longer than :data:`MAX_INT_DIGITS` digits, nests at most
     :data:`MAX_DEPTH` deep, and the record schema (see :meth:`RunRecord.from_dict`) with a ``message`` of at
-    most :data:`MAX_MESSAGE_CHARS` characters and string provenance (:data:`ENVIRONMENT_TEXT`).
+    most :data:`MAX_MESSAGE_CHARS` characters, string provenance (:data:`ENVIRONMENT_TEXT`) and a history of
+    curves (:func:`~spanviz.store.history.check_history`).
     :meth:`ResultsStore.put <spanviz.store.ResultsStore.put>` applies the same checks before it writes, so the
     store never holds what it would refuse to read, export or import.
 
@@ -136,9 +138,11 @@ def record_from_json(payload: bytes | str, where: str) -> RunRecord:
                 raise ValueError(f"{where}: environment.{name} must be a string, got "
                                  f"{type(environment[name]).__name__}")
     try:
-        return RunRecord.from_dict(obj)
+        record = RunRecord.from_dict(obj)
     except ValueError as error:
         raise ValueError(f"{where}: {error}") from None
+    check_history(record.history, record.status, where)
+    return record
 
 
 def record_payload(record: RunRecord, where: str) -> bytes:
@@ -306,13 +310,14 @@ def archived_record(archive: zipfile.ZipFile, key: str) -> RunRecord:
     return record
 
 
-def archived_weights(archive: zipfile.ZipFile, key: str) -> bytes | None:
-    """The checked ``weights/<key>.pt`` of an archive's run (:func:`~spanviz.store.weights.unpack_weights`), or
-    None when the archive has none for it. Read like a record: at most :data:`MAX_WEIGHTS_BYTES` (declared and as
-    read, a chunk at a time), not encrypted.
+def archived_weights(archive: zipfile.ZipFile, key: str, model: Mapping[str, Any] | None = None) -> bytes | None:
+    """The checked ``weights/<key>.pt`` of an archive's run (:func:`~spanviz.store.weights.unpack_weights`; given
+    ``model``, the run's ``config["model"]``, they must be its model's, finite), or None when the archive has none
+    for it. Read like a record: at most :data:`MAX_WEIGHTS_BYTES` (declared and as read, a chunk at a time), not
+    encrypted.
 
     Raises:
-        ValueError: naming what is wrong (too large, encrypted, unreadable, not this run's weights).
+        ValueError: naming what is wrong (too large, encrypted, unreadable, not this run's weights or model's).
     """
     try:
         info = archive.getinfo(f"weights/{key}.pt")
@@ -323,7 +328,7 @@ def archived_weights(archive: zipfile.ZipFile, key: str) -> bytes | None:
     if info.flag_bits & 0x1:
         raise ValueError("encrypted (spanviz archives are not)")
     payload = _read_member(archive, info, MAX_WEIGHTS_BYTES)
-    unpack_weights(payload, key, "weights")
+    unpack_weights(payload, key, "weights", model)
     return payload
 
 

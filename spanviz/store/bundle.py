@@ -57,8 +57,13 @@ def replay_note(found: Mapping[str, Found]) -> str:
     """What a panel replayed, in one line: the runs, their steps and devices, and — when it differs from the data
     the student has — which data they were trained on. ``found``: label → :meth:`ResultsStore.find`'s answer.
 
+    Where the run's vocabulary is not yours (:attr:`Found.same_vocabulary` false) the note says so, and — once
+    :meth:`ResultsStore.run_vocabulary` has decided (``found.vocabulary``) — whether its model is shown with its own
+    words, rebuilt here, or not shown.
+
     Example: ``"replayed from the store: tiny GPT (300 steps, on NVIDIA H100 80GB HBM3; trained on the validation
-    split, evaluated on test — your data: train, validation)"``.
+    split, evaluated on test — your data: train, validation; with another vocabulary than yours: its model reads
+    its own, rebuilt here from the validation split)"``.
     """
     if not found:
         return ""
@@ -80,7 +85,23 @@ def replay_note(found: Mapping[str, Found]) -> str:
             phrase = "trained on other text of the same splits (its text hashes differ from your data's)"
         if phrase not in parts:
             parts.append(phrase)
+        vocabulary = _vocabulary_phrase(f)
+        if vocabulary and vocabulary not in parts:
+            parts.append(vocabulary)
     return f"replayed from the store: {', '.join(found)} ({'; '.join(parts)})"
+
+
+def _vocabulary_phrase(found: Found) -> str:
+    """The note's words on a replayed run's vocabulary ("" when it is yours)."""
+    if found.same_vocabulary:
+        return ""
+    vocabulary = found.vocabulary
+    if vocabulary is None:  # not decided: no model was asked for (none kept)
+        return "with another vocabulary than yours (its ids are other words)"
+    if vocabulary.state == "rebuilt":
+        return (f"with another vocabulary than yours: its model reads its own, rebuilt here from the "
+                f"{vocabulary.splits.get('train')} split")
+    return "with another vocabulary than yours (its ids are other words), not to be had here: its model is not shown"
 
 
 def load_bundle(path: str | os.PathLike[str] | None = None, store: ResultsStore | None = None) -> dict[str, Any]:

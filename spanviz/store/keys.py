@@ -10,6 +10,12 @@ Two keys, two uses:
   (:data:`DATA_IDENTITY`: dataset, WikiText-2 config, tokenizer, vocabulary cap and size). The notebooks' panels
   replay a run of another data variant under it — the workshop bundle trained on the validation split, a student
   on Binder has the train split — and say what differs (:func:`data_differences`).
+
+The replay key keeps the vocabulary's size, not its words: a word vocabulary is fitted on the train role's text, so
+another variant maps most ids to other words. Curves replay across vocabularies (with a note); a model's weights
+with your words only where :func:`same_vocabulary` holds (:attr:`~spanviz.store.results.Found.same_vocabulary`),
+else with the run's own words where they can be rebuilt here, else not at all
+(:meth:`~spanviz.store.replay.ReplayLookup.run_vocabulary`).
 """
 
 from __future__ import annotations
@@ -73,6 +79,29 @@ def data_differences(stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> di
     a = stored.get("data") if isinstance(stored.get("data"), Mapping) else {}
     b = wanted.get("data") if isinstance(wanted.get("data"), Mapping) else {}
     return {k: (a.get(k), b.get(k)) for k in DATA_VARIANT if a.get(k) != b.get(k)}
+
+
+def vocabulary_identity(config: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """What fixes the words behind a run's token ids: the byte tokenizer's are fixed (``("byte",)``); a word
+    vocabulary is a function of the tokenizer settings and the train role's text (``(tokenizer, max_vocab,
+    vocab_size, sha256 of the train text)``). None when ``config["data"]`` does not say (no replay of weights)."""
+    data = config.get("data") if isinstance(config, Mapping) else None
+    if not isinstance(data, Mapping) or not isinstance(data.get("tokenizer"), str):
+        return None
+    if data["tokenizer"] == "byte":
+        return ("byte",)
+    text = data.get("text_sha256") if isinstance(data.get("text_sha256"), Mapping) else {}
+    train = text.get("train")
+    if not isinstance(train, str) or not train:
+        return None
+    return (data["tokenizer"], data.get("max_vocab"), data.get("vocab_size"), train)
+
+
+def same_vocabulary(stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    """Whether the token ids of the run ``stored`` mean the same words as those of ``wanted`` (two configs): their
+    :func:`vocabulary_identity` is known and equal. Weights replay only then; curves replay either way."""
+    identity = vocabulary_identity(stored)
+    return identity is not None and identity == vocabulary_identity(wanted)
 
 
 def _identity(config: Mapping[str, Any], data: Any) -> dict[str, Any]:

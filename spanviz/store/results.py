@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from spanviz.files import atomic_write, expand_user, read_bounded
 from spanviz.store.archive import (MAX_RECORD_BYTES, ImportReport, archived_record, archived_weights, open_archive,
                                    record_from_json, record_payload, weights_fit, write_archive)
-from spanviz.store.keys import (KEY_RE, STORABLE, config_key, data_differences, default_root, index_run,
-                                read_replay_index, replay_key)
-from spanviz.store.weights import MAX_WEIGHTS_BYTES, pack_weights, unpack_weights
+from spanviz.store.keys import KEY_RE, STORABLE, config_key, default_root, index_run
+from spanviz.store.replay import Found, ReplayLookup
+from spanviz.store.weights import MAX_WEIGHTS_BYTES, NonFiniteWeightsError, pack_weights, unpack_weights
 from spanviz.train import RunRecord
 
 logger = logging.getLogger("spanviz.store")  # the name it had as one module: log filters keep working
@@ -24,23 +22,7 @@ WEIGHTS = "weights"
 """Sub-folder of the store (and of an archive): ``<key>.pt``, a run's final weights (:mod:`spanviz.store.weights`)."""
 
 
-@dataclass
-class Found:
-    """A stored run that answers a configuration (:meth:`ResultsStore.find`).
-
-    Attributes:
-        key: its store key. record: the run record. exact: True when it is the configuration itself (same data).
-        differences: ``{entry: (stored, wanted)}`` of the data entries that differ (splits, n_tokens, text_sha256;
-            see :func:`~spanviz.store.keys.data_differences`); empty for an exact match.
-    """
-
-    key: str
-    record: RunRecord
-    exact: bool
-    differences: dict[str, tuple[Any, Any]] = field(default_factory=dict)
-
-
-class ResultsStore:
+class ResultsStore(ReplayLookup):
     """Run records on disk, keyed by :func:`config_key` of their config.
 
     Args:
@@ -142,8 +124,10 @@ class ResultsStore:
                 earlier record of the same key are removed (they belonged to another run).
         Raises:
             ValueError: not a RunRecord, status not in :data:`STORABLE`, not JSON-serialisable, over a limit, or
-                ``weights`` not a state dict or too large (then nothing is written and an older file of the same
-                key is left as it was).
+                ``weights`` not a state dict, too large, or not the weights of ``record.config["model"]`` (names,
+                shapes, finite: :func:`~spanviz.store.weights.check_fits_model`; a diverged run's non-finite
+                weights are dropped, logged) — then nothing is written and an older file of the same key is left
+                as it was.
             OSError: the store folder cannot be written.
         """
         if not isinstance(record, RunRecord):
@@ -153,7 +137,14 @@ class ResultsStore:
                              "a partial run would replay as if it were the result of its configuration")
         key = config_key(record.config)
         payload = record_payload(record, f"the run record of {key[:12]}")
-        packed = pack_weights(weights, key) if weights is not None else None
+        packed = None
+        if weights is not None:
+            try:
+                packed = pack_weights(weights, key, record.config.get("model"))
+            except NonFiniteWeightsError as error:
+                if record.status != "diverged":
+                    raise
+                logger.warning("results store: %s; the diverged run is stored without them", error)
         if record.status == "diverged" and self._stored_status(key) == "finished":
             logger.warning("results store: kept the finished run %s; a diverged run of the same configuration does "
                            "not replace it", key[:12])
@@ -178,60 +169,6 @@ class ResultsStore:
         except (KeyError, ValueError):
             return None
 
-    # ---------------------------------------------------------------------------- replays of other data
-    def find(self, config: Mapping[str, Any]) -> Found | None:
-        """The stored run that answers ``config``: the configuration itself (:meth:`get`), else a run of the same
-        configuration trained on another variant of the data (same :func:`~spanviz.store.keys.replay_key`:
-        another split, other text), with what differs; None when there is neither.
-
-        Among several runs of other data, the one with the same splits wins, then the latest start. The notebooks'
-        panels use this, so the workshop bundle (trained on the offline copy's validation split) replays where
-        the data has its train split; sweeps use :meth:`get`, the exact configuration only. Every candidate is
-        read with :meth:`load` (within its limits; a damaged one is passed over).
-
-        Raises:
-            ValueError: bad ``config`` (see :func:`config_key`).
-        """
-        key = config_key(config)
-        record = self.get(config)
-        if record is not None:
-            return Found(key, record, exact=True)
-        wanted = replay_key(config)
-        candidates = []
-        for other in self._replay_index().get(wanted, []):
-            try:
-                stored = self.load(other)
-            except (KeyError, ValueError):  # removed meanwhile, or damaged (get() logs those when asked)
-                continue
-            if replay_key(stored.config) == wanted:  # a stale or stray index entry names another run
-                candidates.append((other, stored))
-        if not candidates:
-            return None
-        splits = _splits(config)
-
-        def preference(item: tuple[str, RunRecord]) -> tuple[bool, str, str]:
-            stored = item[1]
-            started = stored.environment.get("started_utc")
-            return (_splits(stored.config) == splits, started if isinstance(started, str) else "", item[0])
-
-        other, stored = max(candidates, key=preference)
-        return Found(other, stored, exact=False, differences=data_differences(stored.config, config))
-
-    def _replay_index(self) -> dict[str, list[str]]:
-        """``{replay key: [keys]}`` of the stored runs; runs not indexed yet (stored by an older spanviz, or copied
-        in) are read once (with :meth:`load`, within its limits) and indexed."""
-        index = read_replay_index(self.root)
-        indexed = {key for keys in index.values() for key in keys}
-        for key in self.list():
-            if key in indexed:
-                continue
-            try:
-                record = self.load(key)
-            except (KeyError, ValueError):
-                continue
-            index.setdefault(index_run(self.root, key, record.config), []).append(key)
-        return index
-
     # ------------------------------------------------------------------------------------------ weights
     def weights_path(self, key: str) -> Path:
         """The weights file of ``key`` (whether or not it exists). Raises ``ValueError`` for a malformed key."""
@@ -244,13 +181,17 @@ class ResultsStore:
 
     def weights(self, key: str) -> dict[str, Any] | None:
         """The final weights kept for the run stored under ``key`` (a state dict, float32), or None when there are
-        none or the file is damaged (logged as a warning naming the file). The file is checked with ``stat`` before
+        none, its record is gone, or the file is damaged or does not fit the record's model (logged as a warning
+        naming the file). The file is checked with ``stat`` before
         it is read (a regular file of at most :data:`MAX_WEIGHTS_BYTES`), like a record."""
         path = self.weights_path(key)
         if not path.is_file():
             return None
         try:
-            return unpack_weights(read_bounded(path, MAX_WEIGHTS_BYTES), key, str(path))
+            model = self.load(key).config.get("model")
+            return unpack_weights(read_bounded(path, MAX_WEIGHTS_BYTES), key, str(path), model)
+        except KeyError:  # its record was removed
+            return None
         except ValueError as error:  # UnreadableFileError included
             logger.warning("results store: skipping damaged weights (%s)", error)
             return None
@@ -322,16 +263,17 @@ class ResultsStore:
                     raise
                 logger.warning("results store: not exported, a damaged entry: %s", error)
                 continue
-            yield key, record_payload(record, str(self.path(key))), self._weights_bytes(key)  # what an import accepts
+            yield (key, record_payload(record, str(self.path(key))),  # what an import accepts
+                   self._weights_bytes(key, record.config.get("model")))
 
-    def _weights_bytes(self, key: str) -> bytes | None:
-        """The checked bytes of a kept weights file, or None (none kept, or damaged: logged)."""
+    def _weights_bytes(self, key: str, model: Mapping[str, Any] | None) -> bytes | None:
+        """The checked bytes of a kept weights file (they fit ``model``), or None (none kept, or damaged: logged)."""
         path = self.weights_path(key)
         if not path.is_file():
             return None
         try:
             payload = read_bounded(path, MAX_WEIGHTS_BYTES)
-            unpack_weights(payload, key, str(path))
+            unpack_weights(payload, key, str(path), model)
         except ValueError as error:  # UnreadableFileError included
             logger.warning("results store: not exporting damaged weights (%s)", error)
             return None
@@ -380,7 +322,7 @@ class ResultsStore:
                 packed = None
                 if weights_ok:
                     try:
-                        packed = archived_weights(archive, key)
+                        packed = archived_weights(archive, key, record.config.get("model"))
                     except ValueError as error:  # its run is imported without them
                         report.rejected.append((f"{WEIGHTS}/{key}.pt", str(error)))
                 self._write(key, record, record_payload(record, f"runs/{key}.json"), packed)
@@ -388,7 +330,4 @@ class ResultsStore:
         return report
 
 
-def _splits(config: Mapping[str, Any]) -> Any:
-    """``config["data"]["splits"]``, or None where a config (of a record from elsewhere) has no such entry."""
-    data = config.get("data")
-    return data.get("splits") if isinstance(data, Mapping) else None
+__all__ = ["WEIGHTS", "Found", "ResultsStore"]

@@ -14,6 +14,7 @@ import io
 import json
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -89,11 +90,26 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # noqa: BLE001 - torch.load raises many types for damaged files; all mean "unreadable"
         raise CheckpointError(f"{path} is damaged or not a checkpoint; torch.load says {first_line(error)}") from None
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        raise CheckpointError(f"{path} is not a spanviz checkpoint (format {CHECKPOINT_FORMAT!r})")
+    model_cfg, train_cfg, record, step = check_state(state, str(path))
+    return Checkpoint(path, model_cfg, train_cfg, record, step, state)
+
+
+def check_state(state: Any, where: str, model: torch.nn.Module | None = None,
+                optimizer: torch.optim.Optimizer | None = None) -> tuple[GPTConfig, TrainConfig, RunRecord, int]:
+    """Every check of a trainer state (a checkpoint's contents, :meth:`Trainer.state_dict`), for both doors —
+    :func:`load_checkpoint` and :meth:`Trainer.load_state_dict` — before anything is changed. Given ``model`` and
+    ``optimizer``, the state must fit them too (the same names and shapes, the same parameter groups).
+
+    Returns:
+        ``(model_cfg, train_cfg, record, step)``.
+    Raises:
+        CheckpointError (a ValueError): one sentence naming ``where`` and what is wrong (see :func:`load_checkpoint`).
+    """
+    if not isinstance(state, Mapping) or state.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{where} is not a spanviz checkpoint (format {CHECKPOINT_FORMAT!r})")
     missing = [k for k in CHECKPOINT_KEYS if k not in state]
     if missing:
-        raise CheckpointError(f"{path} is damaged: entries {missing} are missing")
+        raise CheckpointError(f"{where} is damaged: entries {missing} are missing")
     try:
         model_cfg = GPTConfig.from_dict(json.loads(state["model_config"]))
         train_cfg = TrainConfig.from_dict(json.loads(state["train_config"]))
@@ -109,9 +125,19 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         check_weights(state["model"])
         check_optimizer(state["optimizer"], step)
         check_rng(state["rng"])
-    except (ValueError, TypeError) as error:
-        raise CheckpointError(f"{path} is damaged: {first_line(error)}") from None
-    return Checkpoint(path, model_cfg, train_cfg, record, step, state)
+    except (ValueError, TypeError, KeyError) as error:
+        raise CheckpointError(f"{where} is damaged: {first_line(error)}") from None
+    if model is not None:
+        want = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+        have = {name: tuple(t.shape) for name, t in state["model"].items()}
+        if want != have:
+            wrong = sorted(set(want) ^ set(have)) or sorted(n for n in want if want[n] != have[n])
+            raise CheckpointError(f"{where} does not fit this trainer (weights: names or shapes differ at "
+                                  f"{wrong[:3]})")
+    if optimizer is not None and [len(g["params"]) for g in state["optimizer"]["param_groups"]] != [
+            len(g["params"]) for g in optimizer.param_groups]:
+        raise CheckpointError(f"{where} does not fit this trainer (other optimizer parameter groups)")
+    return model_cfg, train_cfg, record, step
 
 
 def _nonfinite(tensor: Any) -> bool:

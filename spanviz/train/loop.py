@@ -37,8 +37,8 @@ from spanviz.memory import keep_freed_memory
 from spanviz.model import GPTConfig, TinyGPT
 from spanviz.contexts import eval_mode, settle_vector_math
 from spanviz.train.callbacks import Probe, ProbeSet, ProgressBar
-from spanviz.train.checkpoint import (CHECKPOINT_FORMAT, Checkpoint, check_moments, first_line, load_checkpoint,
-                                      on_disk, restore, resumed_configs, save_checkpoint, save_outputs)
+from spanviz.train.checkpoint import (CHECKPOINT_FORMAT, Checkpoint, check_moments, check_state, first_line,
+                                      load_checkpoint, on_disk, restore, resumed_configs, save_checkpoint, save_outputs)
 from spanviz.train.config import TrainConfig, check_data, check_runnable, lr_at
 from spanviz.train.guards import Interruption, PrivateRNG
 from spanviz.train.record import (CORE_KEYS, RunRecord, append_rows, environment, note_threads, run_config,
@@ -327,7 +327,7 @@ class Trainer:
         Raises:
             ValueError: the state does not fit this trainer (other shapes, a foreign optimizer or RNG state).
         """
-        saved = RunRecord.from_json(state["record"])
+        saved = check_state(state, "the state", self.model, self.optimizer)[2]  # all checks, before any change
         try:
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])

@@ -147,6 +147,8 @@ class TrainingPanel:
             stored = self._lookup(spec) if self.store is not None else None
             if isinstance(stored, Found):
                 self.found[spec.label] = stored
+                if callable(getattr(self.store, "run_vocabulary", None)) and self.store.has_weights(stored.key):
+                    self.store.run_vocabulary(stored, self.data())  # decided now: the status line says which words
                 stored = stored.record
             if stored is not None:
                 history = stored.history if hasattr(stored, "history") else stored["history"]
@@ -169,23 +171,38 @@ class TrainingPanel:
     def replayed_model(self, label: str) -> TinyGPT | None:
         """The final model of the run ``label`` when the last Train replayed it and the store kept its weights
         (see ``keep_weights``; stored in float16, given back in float32, on the CPU, in eval mode); else None
-        (it trained here: read the trainer's model instead).
+        (it trained here: read the trainer's model instead; or the replayed run's vocabulary cannot be had here —
+        :meth:`~spanviz.store.results.ResultsStore.run_vocabulary` — and its model cannot be read with any words).
+        Its ids are :meth:`replayed_tokenizer`'s words, which may not be your data's.
 
         Raises:
             ValueError: the kept weights do not fit the run's model configuration.
         """
         found = self.found.get(label)
-        if found is None or label not in self.runner.replayed or not hasattr(self.store, "weights"):
+        if found is None or label not in self.runner.replayed or not hasattr(self.store, "replay_weights"):
             return None
-        state = self.store.weights(found.key)
-        if state is None:
+        replayed = self.store.replay_weights(found, self.data())  # None where its words cannot be had here
+        if replayed is None:
             return None
         model = TinyGPT(GPTConfig.from_dict(found.record.config["model"]))
         try:
-            model.load_state_dict(state)
+            model.load_state_dict(replayed.state)
         except RuntimeError as error:
             raise ValueError(f"the weights kept for {label!r} do not fit its model: {str(error)[:200]}") from None
         return model.eval()
+
+    def replayed_tokenizer(self, label: str) -> Any:
+        """The tokenizer whose words the ids of :meth:`replayed_model` mean, when the last Train replayed the run
+        ``label``: your data's when it trained on your text, else its own, fitted again here on its split and
+        checked by the text's sha256 (the one decision:
+        :meth:`~spanviz.store.results.ResultsStore.run_vocabulary`). None when it trained here (use the data's
+        tokenizer) or its vocabulary cannot be had here (then :meth:`replayed_model` is None too).
+        """
+        found = self.found.get(label)
+        if found is None or label not in self.runner.replayed or not hasattr(self.store, "run_vocabulary"):
+            return None
+        vocabulary = self.store.run_vocabulary(found, self.data())
+        return vocabulary.tokenizer if vocabulary.shown else None
 
     # --------------------------------------------------------------------------------------- control
     def train(self, blocking: bool | None = None) -> Runner:
