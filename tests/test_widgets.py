@@ -557,3 +557,65 @@ def test_default_data_follows_the_split_environment(wikitext_dir, tmp_path, monk
     monkeypatch.setenv("SPANVIZ_TRAIN_SPLIT", "test")
     monkeypatch.setenv("SPANVIZ_EVAL_SPLIT", "validation")
     assert default_data(str(wikitext_dir), max_vocab=512).splits == {"train": "test", "eval": "validation"}
+
+
+# ------------------------------------------------------------------------- defaults, marks, reset (issue 38)
+def test_every_panel_default_lies_on_its_slider_grid():
+    from spanviz.widgets.defaults import on_grid
+
+    old_lr = W.FloatLogSlider(value=3e-3, base=10, min=-4, max=-1, step=0.1)  # the slider before: 0.003 off its grid
+    assert not on_grid(old_lr, 3e-3) and not on_grid(W.FloatLogSlider(value=30, min=0, max=2, step=0.25), 30.0)
+    notebook = GPTConfig(vocab_size=64, context_length=128, n_layer=1, n_head=4, d_model=64)
+    for cls in (widgets.SpansPanel, widgets.LocalGlobalPanel, widgets.FP8Panel):
+        for cfg in (SMALL, notebook):
+            panel = cls(cfg, train_cfg=TINY_TRAIN, data=FakeData(), store=None, static=False)
+            off = {n: v for n, v in panel.defaults.values.items() if not on_grid(panel.controls[n], v)}
+            assert off == {}, (cls.__name__, cfg.context_length)
+
+
+def test_a_nudge_and_back_keeps_the_default_and_its_stored_runs(tmp_path):
+    from spanviz.store import ResultsStore
+    from spanviz.widgets.defaults import CHANGED_CLASS
+
+    built: list[str] = []
+
+    def factory(spec, data):
+        built.append(spec.label)
+        return widgets.training.Trainer(spec.model_cfg, spec.train_cfg, data, probes=tuple(spec.probes))
+
+    panel = widgets.LocalGlobalPanel(SMALL, train_cfg=TINY_TRAIN, data=FakeData(), store=ResultsStore(tmp_path),
+                                     static=False, trainer_factory=factory)
+    assert panel.train(blocking=True).state == "done" and len(built) == 2
+    lr = panel.controls["lr"]
+    assert lr.value == TINY_TRAIN.lr and lr.description == "learning rate" and panel.controls["reset"].disabled
+    lr.index += 1  # what the page sends for one arrow key: the next option
+    assert lr.value > TINY_TRAIN.lr and lr.description == "learning rate •" and CHANGED_CLASS in lr._dom_classes
+    assert "default 0.003" in lr.tooltip and "learning rate" in panel.defaults.summary.value
+    assert not panel.controls["reset"].disabled
+    lr.index -= 1
+    assert lr.value == TINY_TRAIN.lr and type(lr.value) is float and lr.description == "learning rate"
+    assert CHANGED_CLASS not in lr._dom_classes and panel.defaults.summary.value == ""
+    built.clear()
+    assert panel.train(blocking=True).state == "done"
+    assert built == [] and sorted(panel.training.replayed) == sorted(panel.training.histories)  # the same store keys
+
+
+def test_reset_returns_every_control_to_the_defaults_the_notebook_set():
+    panel = widgets.FP8Panel(SMALL, train_cfg=TINY_TRAIN, data=FakeData(), store=None, static=False)
+    panel.set_defaults(spike_step=2, spike_factor=30.0)
+    assert panel.controls["spike_factor"].value == 30.0 and panel.controls["reset"].disabled
+    panel.controls["spike_factor"].index += 1
+    panel.controls["rank"].value = 3
+    panel.controls["delta"].value = 1e-5
+    assert set(panel.defaults.changed()) == {"spike_factor", "rank", "delta"}
+    assert panel.controls["rank"].description.endswith(" •")
+    panel.controls["reset"].click()
+    assert panel.defaults.changed() == {} and panel.controls["spike_factor"].value == 30.0
+    assert panel.controls["rank"].value == SMALL.d_head and panel.controls["rank"].description == "rank r"
+    assert panel.views["bounds"].figure.data[-1].x[0] == SMALL.d_head  # the ring moved back with r
+    panel.set_defaults(spike_factor=7.0)  # not one of the grid's factors: the slider gains it
+    assert panel.controls["spike_factor"].value == 7.0 and panel.defaults.changed() == {}
+    with pytest.raises(ValueError, match="spike_step.*grid.*got 2.5"):
+        panel.set_defaults(spike_step=2.5)
+    with pytest.raises(ValueError, match="control must be one of"):
+        panel.set_defaults(learning_rate=1e-3)

@@ -18,6 +18,7 @@ from spanviz.model import GPTConfig
 from spanviz.runner import TrainerLike
 from spanviz.train import TrainConfig
 from spanviz.widgets import captions
+from spanviz.widgets.defaults import FACTOR_GRID, grid_slider
 from spanviz.widgets.figures import FigureView, side_by_side, slider
 from spanviz.widgets.panel import ANALYTIC_THREADS, Panel
 from spanviz.widgets.specs import LOSS_VIEW, History, LiveView, RunSpec
@@ -66,9 +67,11 @@ class FP8Panel(Panel):
         c["rank"] = slider(W.IntSlider, "rank r", dh, min=1, max=dh)
         c["delta"] = slider(W.FloatLogSlider, "δ", 1e-3, base=10, min=-9, max=-1, step=0.5)
         c["margin"] = slider(W.IntSlider, "margin (2^m headroom)", 0, min=0, max=4)
-        c["spike_step"] = slider(W.IntSlider, "LR spike at step", 100, continuous=False, min=0, max=1000, step=10)
-        c["spike_factor"] = slider(W.FloatLogSlider, "LR spike ×", 10.0, continuous=False, base=10, min=0, max=2,
-                                   step=0.25)
+        steps = self.train_cfg().steps  # the spike starts within the run, on its slider's grid (10s in a long run)
+        every = 10 if steps >= 100 else 1
+        c["spike_step"] = slider(W.IntSlider, "LR spike at step", min(100, steps // 2) // every * every,
+                                 continuous=False, min=0, max=max(steps - 1, 1), step=every)
+        c["spike_factor"] = grid_slider("LR spike ×", FACTOR_GRID, 10.0)
         c["spike_steps"] = slider(W.IntSlider, "LR spike length", 5, continuous=False, min=1, max=50)
         self.scales = W.HTML()
         self.bounds_caption = W.HTML("", layout=W.Layout(width="100%"))

@@ -14,6 +14,7 @@ from spanviz.model import GPTConfig
 from spanviz.runner import Runner, TrainerLike
 from spanviz.contexts import torch_threads
 from spanviz.train import TrainConfig
+from spanviz.widgets.defaults import Defaults
 from spanviz.widgets.figures import FigureView, use_static
 from spanviz.widgets.specs import LiveView, RunSpec, default_train_cfg
 from spanviz.widgets.training import TrainingPanel
@@ -57,8 +58,10 @@ class Panel:
     callbacks are registered.
 
     Assigning ``widget`` marks the box as a panel (CSS class ``spanviz-panel``: the figures' busy state covers the
-    panel) and makes every control (a value control or a button) end with :meth:`settle`, after its own callbacks
-    have redrawn what they redraw.
+    panel), takes the controls' values as their defaults (:class:`~spanviz.widgets.defaults.Defaults`: a control
+    moved off its default is marked, and a "Reset to defaults" row heads the box; a notebook's own defaults are
+    set with :meth:`set_defaults`), and makes every control (a value control or a button) end with :meth:`settle`,
+    after its own callbacks have redrawn what they redraw.
 
     Args:
         model_cfg: the panel's model (None: ``default_model``).
@@ -101,6 +104,10 @@ class Panel:
     def widget(self, box: W.Box) -> None:
         self._widget = box
         box.add_class(PANEL_CLASS)
+        self.defaults = Defaults({name: c for name, c in self.controls.items()
+                                  if isinstance(c, W.ValueWidget) and not isinstance(c, _DISPLAYS)})
+        self.controls["reset"] = self.defaults.reset_button
+        box.children = (self.defaults.widget, *box.children)
         for control in self.controls.values():
             if isinstance(control, W.Button):
                 control.on_click(lambda _button: self.settle())
@@ -113,6 +120,19 @@ class Panel:
         for view in self.views.values():
             if isinstance(view.widget, PlotlyFigure):
                 view.widget.settled()
+
+    def set_defaults(self, **values: object) -> None:
+        """Set controls (by name) and make these values their defaults — "Reset to defaults" returns to them
+        (a notebook's parameters, e.g. ``panel.set_defaults(lr=LR)``).
+
+        Raises:
+            ValueError: an unknown control, or a value off its slider's grid (see :meth:`Defaults.set`).
+        """
+        self.defaults.set(**values)
+
+    def reset(self) -> None:
+        """Set every control back to its default (the "Reset to defaults" button)."""
+        self.defaults.reset()
 
     def train_cfg(self) -> TrainConfig:
         """The training settings the panel was given, else :func:`default_train_cfg`."""
