@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import time
@@ -619,3 +620,58 @@ def test_reset_returns_every_control_to_the_defaults_the_notebook_set():
         panel.set_defaults(spike_step=2.5)
     with pytest.raises(ValueError, match="control must be one of"):
         panel.set_defaults(learning_rate=1e-3)
+
+
+# ------------------------------------------------------------------------------- time left (issue 38, item 3)
+def test_time_left_comes_from_the_measured_step_rate():
+    from spanviz.widgets.eta import StepRate, time_left
+
+    now = [0.0]
+    rate = StepRate(clock=lambda: now[0])
+    rate.reset()
+    assert rate.seconds_left(100) is None and time_left(None) == "estimating time left…"
+    for t in range(1, 41):  # 2 steps/s for 20 s, then 1 step/s for 40 s: the last 30 s decide
+        now[0] = t / 2
+        rate.add(t)
+    assert rate.seconds_left(100) == pytest.approx(50.0)
+    for t in range(41, 81):
+        now[0] = 20 + (t - 40)
+        rate.add(t)
+    assert rate.seconds_left(100) == pytest.approx(100.0)
+    assert [time_left(s) for s in (2.0, 47.0, 88.0, 100.0, 372.0)] == [
+        "about 5 s left", "about 45 s left", "about 90 s left", "about 2 min left", "about 6 min left"]
+
+
+def test_the_status_says_the_time_left_while_training_and_that_the_defaults_replay(tmp_path):
+    from spanviz.store import ResultsStore
+
+    def slow(spec, data):  # the real trainer at 0.1 s a step or more: the rate needs 1 s to be measured
+        trainer = widgets.training.Trainer(spec.model_cfg, spec.train_cfg, data, probes=tuple(spec.probes))
+        step = trainer.step
+        trainer.step = lambda n=1: (time.sleep(0.1), step(n))[1]
+        return trainer
+
+    panel = widgets.LocalGlobalPanel(SMALL, train_cfg=replace_steps(TINY_TRAIN, 12), data=FakeData(),
+                                     store=ResultsStore(tmp_path), static=False, trainer_factory=slow)
+    seen: list[str] = []
+    panel.training.status.observe(lambda ch: seen.append(ch["new"]), names="value")
+    panel.training.runner.refresh_hz = 1000  # a status line after every step
+    assert panel.train(blocking=True).state == "done"
+    live = [s for s in seen if "steps per run" in s and "left" in s]
+    assert live and all("defaults replay" not in s for s in live)  # at the defaults: nothing to point at
+    assert any(re.search(r"about \d+ (s|min) left", s) for s in live), live
+    assert not re.search("left", panel.training.status.value)  # done: no time left said
+    panel.controls["lr"].index += 1
+    seen.clear()
+    assert panel.train(blocking=True).state == "done" and panel.training.replayed == []
+    assert any("the defaults replay at once: Reset to defaults, then Train" in s for s in seen), seen
+    panel.controls["reset"].click()
+    seen.clear()
+    panel.train(blocking=True)
+    assert sorted(panel.training.replayed) == sorted(panel.training.histories)  # the defaults did replay
+
+
+def replace_steps(cfg: TrainConfig, steps: int) -> TrainConfig:
+    from dataclasses import replace
+
+    return replace(cfg, steps=steps)

@@ -145,24 +145,26 @@ class FP8Panel(Panel):
                                     build=self._bounds_figure)
         self._update_scales()
 
-    def _specs(self) -> list[RunSpec]:
-        c = self.controls
+    def _plan(self, v: Mapping[str, Any]) -> list[RunSpec]:
         data = self.training.data()
-        r = int(c["rank"].value)
+        r = int(v["rank"])
         cfg = replace(self.model_cfg, vocab_size=data.vocab_size, qk_rank=None if r == self.model_cfg.d_head else r)
-        train_cfg = self._spiked_train_cfg()
-        self._spike, self._max_step = self._planned_spike(train_cfg)
-        probe = fp8.FP8Probe(every=1, delta=float(c["delta"].value), margin=float(c["margin"].value))
-        self._probe_margin, self._probe_rank = probe.margin, r
-        return [RunSpec(f"rank {r}", cfg, train_cfg, (probe,))]
+        probe = fp8.FP8Probe(every=1, delta=float(v["delta"]), margin=float(v["margin"]))
+        return [RunSpec(f"rank {r}", cfg, self._spiked_train_cfg(v), (probe,))]
 
-    def _spiked_train_cfg(self) -> TrainConfig:
-        c = self.controls
+    def _planned(self, specs: list[RunSpec]) -> None:
+        (spec,) = specs
+        self._spike, self._max_step = self._planned_spike(spec.train_cfg)
+        self._probe_margin = spec.probes[0].margin
+        self._probe_rank = spec.model_cfg.qk_rank or spec.model_cfg.d_head
+
+    def _spiked_train_cfg(self, v: Mapping[str, Any] | None = None) -> TrainConfig:
+        v = self.values() if v is None else v
         train_cfg = self.train_cfg()
-        factor = float(c["spike_factor"].value)
-        start = min(int(c["spike_step"].value), train_cfg.steps - 1)
+        factor = float(v["spike_factor"])
+        start = min(int(v["spike_step"]), train_cfg.steps - 1)
         return replace(train_cfg, lr_spike_factor=factor, lr_spike_start=start,
-                       lr_spike_steps=int(c["spike_steps"].value) if factor != 1.0 else 0)
+                       lr_spike_steps=int(v["spike_steps"]) if factor != 1.0 else 0)
 
     def _planned_spike(self, train_cfg: TrainConfig | None = None) -> tuple[tuple[int, int, float] | None, int]:
         """((first step, steps, factor) of the LR spike or None, the run's last step) for ``train_cfg``

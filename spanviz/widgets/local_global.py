@@ -122,13 +122,12 @@ class LocalGlobalPanel(Panel):
         view.update(head_masks_data(self.masks(), zoom=MASK_ZOOM), build=self._masks_figure,
                     layout={"annotations": annotations})
 
-    def _specs(self) -> list[RunSpec]:
-        c = self.controls
+    def _plan(self, v: Mapping[str, Any]) -> list[RunSpec]:
         data = self.training.data()
-        T = int(c["context"].value)
+        T = int(v["context"])
         base = replace(self.model_cfg, vocab_size=data.vocab_size, context_length=T, n_local=0, window=None)
-        train_cfg = replace(self.train_cfg(), lr=float(c["lr"].value))
-        ls = replace(base, n_local=int(c["n_local"].value), window=int(c["window"].value))
+        train_cfg = replace(self.train_cfg(), lr=float(v["lr"]))
+        ls = replace(base, n_local=int(v["n_local"]), window=int(v["window"]))
         probe = LogitProbe(every=self.probe_every, entropy=False)
         label_ls = f"LS ({ls.n_local} local, p={ls.window})"
         return [RunSpec("MHSA", base, train_cfg, (probe,)), RunSpec(label_ls, ls, train_cfg, (probe,))]

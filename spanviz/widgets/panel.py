@@ -88,7 +88,7 @@ class Panel:
                          refresh_hz: float) -> TrainingPanel:
         """Make the training part: its buttons join ``controls`` and its live figures ``views`` (``train/…``)."""
         self.training = TrainingPanel(self._specs, live=live, data=data, store=store, trainer_factory=trainer_factory,
-                                      static=self.static, refresh_hz=refresh_hz)
+                                      static=self.static, refresh_hz=refresh_hz, hint=self.replay_hint)
         self.views.update({f"train/{k}": v for k, v in self.training.views.items()})
         self.controls.update(self.training.controls)
         return self.training
@@ -138,8 +138,32 @@ class Panel:
         """The training settings the panel was given, else :func:`default_train_cfg`."""
         return self._train_cfg if self._train_cfg is not None else default_train_cfg()
 
-    def _specs(self) -> list[RunSpec]:
+    def values(self) -> dict[str, Any]:
+        """name → value of every control a person sets (sliders, dropdowns)."""
+        return {n: c.value for n, c in self.controls.items() if isinstance(c, W.ValueWidget)
+                and not isinstance(c, _DISPLAYS)}
+
+    def _plan(self, values: dict[str, Any]) -> list[RunSpec]:
+        """The runs Train starts for these control values (no side effects: also asked for the defaults)."""
         raise NotImplementedError
+
+    def _planned(self, specs: list[RunSpec]) -> None:
+        """Note what the live views need to know of the runs about to train (a subclass's hook)."""
+
+    def _specs(self) -> list[RunSpec]:
+        specs = self._plan(self.values())
+        self._planned(specs)
+        return specs
+
+    def replay_hint(self) -> str:
+        """A line for the status while runs train live: when the controls are off their defaults and the store has
+        every run of the defaults, that those replay at once; else ""."""
+        if self.defaults.at_defaults:
+            return ""
+        specs = self._plan({**self.values(), **self.defaults.values})
+        if specs and all(self.training.stored(spec) for spec in specs):
+            return "the defaults replay at once: Reset to defaults, then Train"
+        return ""
 
     def train(self, blocking: bool | None = None) -> Runner:
         """Train the runs of the current controls (see :meth:`TrainingPanel.train`)."""
