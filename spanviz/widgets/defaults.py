@@ -4,7 +4,10 @@ control moved off its default, and "reset to defaults" (:class:`Defaults`).
 A default matters beyond the figure it draws: the results store is keyed by the exact configuration, so the
 default learning rate 0.003 replays the shipped GPU runs while 0.00316 (one step of a 10^0.1 log grid away and
 back) trains two runs on the CPU for minutes. Learning rates and factors are therefore picked from explicit
-values (:func:`grid_slider`, a ``SelectionSlider`` whose value is the number itself, not its label).
+values (:func:`grid_slider`, a ``SelectionSlider`` whose value is the number itself, not its label). A log slider
+(``FloatLogSlider``) cannot be trusted with a default even on its grid: the page computes base ** position from
+noUiSlider's position, and in Chromium δ = 0.001 moved one step right and one left came back as another float
+(tests/browser/test_defaults_browser.py found it).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ LR_GRID = (1e-4, 2e-4, 3e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2, 2e-2, 3e-2, 5e-
 """Learning rates of the LR sliders: 1, 2, 3, 5 per decade (the values papers and sweeps use)."""
 FACTOR_GRID = (1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 50.0, 100.0)
 """Factors of the LR spike slider (1 = no spike)."""
+DELTA_GRID = (1e-9, 3e-9, 1e-8, 3e-8, 1e-7, 3e-7, 1e-6, 3e-6, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1)
+"""Failure probabilities δ of the FP8 bounds: 1 and 3 per decade, 1e-9 .. 0.1."""
 
 CHANGED_MARK = " •"
 """Appended to the description of a control that is not at its default (with a tooltip saying the default, and
@@ -49,13 +54,12 @@ def grid_slider(description: str, values: Sequence[float], default: float, conti
 
 
 def on_grid(control: W.Widget, value: Any) -> bool:
-    """Whether a slider can show ``value`` exactly: one of a selection's options, or ``min + k·step`` of a numeric
-    slider (for a log slider: ``base ** (min + k·step)``, the number the page computes), within its range."""
+    """Whether a slider gives ``value`` back exactly after a move away and back: one of a selection's options, or
+    ``min + k·step`` of a linear numeric slider within its range; never for a log slider (see the module docstring)."""
     if isinstance(control, (W.SelectionSlider, W.Dropdown, W.ToggleButtons, W.RadioButtons)):
         return value in _option_values(control)
     if isinstance(control, W.FloatLogSlider):
-        k = (math.log(value, control.base) - control.min) / control.step
-        return abs(k - round(k)) < 1e-9 and control.base ** (control.min + round(k) * control.step) == value
+        return False
     if isinstance(control, (W.IntSlider, W.FloatSlider)):
         if not control.min <= value <= control.max:
             return False
@@ -71,6 +75,9 @@ def _option_values(control: W.Widget) -> list[Any]:
 def _label(control: W.Widget, value: Any) -> str:
     if isinstance(control, W.SelectionSlider):
         return next((o[0] for o in control.options if isinstance(o, tuple) and o[1] == value), f"{value:g}")
+    fmt = getattr(control, "readout_format", None)  # what the slider's readout shows, e.g. ".3g"
+    if isinstance(value, float) and fmt:
+        return format(value, fmt)
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 

@@ -18,7 +18,7 @@ from spanviz.model import GPTConfig
 from spanviz.runner import TrainerLike
 from spanviz.train import TrainConfig
 from spanviz.widgets import captions
-from spanviz.widgets.defaults import FACTOR_GRID, grid_slider
+from spanviz.widgets.defaults import DELTA_GRID, FACTOR_GRID, grid_slider
 from spanviz.widgets.figures import FigureView, side_by_side, slider
 from spanviz.widgets.panel import ANALYTIC_THREADS, Panel
 from spanviz.widgets.specs import LOSS_VIEW, History, LiveView, RunSpec
@@ -65,7 +65,7 @@ class FP8Panel(Panel):
         self.bounds = BoundsVsRank(cfg.d_model, dh, cfg.context_length, threads=ANALYTIC_THREADS)
         c = self.controls
         c["rank"] = slider(W.IntSlider, "rank r", dh, min=1, max=dh)
-        c["delta"] = slider(W.FloatLogSlider, "δ", 1e-3, base=10, min=-9, max=-1, step=0.5)
+        c["delta"] = grid_slider("δ", DELTA_GRID, 1e-3, continuous=True)
         c["margin"] = slider(W.IntSlider, "margin (2^m headroom)", 0, min=0, max=4)
         steps = self.train_cfg().steps  # the spike starts within the run, on its slider's grid (10s in a long run)
         every = 10 if steps >= 100 else 1
@@ -87,7 +87,7 @@ class FP8Panel(Panel):
         for name in ("spike_step", "spike_factor", "spike_steps"):
             c[name].observe(lambda _ch: self._mark_spike(), names="value")
         note = W.HTML(
-            "<small>The LR spike sliders apply to the next <b>Train</b>; the orange band marks the spike. The jump "
+            "<small>The LR spike sliders apply to the next <b>Train</b>; the gray band marks the spike. The jump "
             "of the max logit in the first few dozen steps, and the bump in the loss with it, is the heads starting "
             "to attend (their logits start near 0 and grow as the learning rate warms up), not the spike.</small>")
         self.widget = W.VBox([
