@@ -154,7 +154,7 @@ def span_toy_data(toy: Mapping[str, np.ndarray], alphas: Sequence[float] = (1.0,
         traces.append(_arrow(toy["basis"][:, c], f"x{c + 1} (column of X)", GRAY, width=3, symbol=symbol))
     traces.append(_arrow(g, "g (gradient)", BLACK))
     traces.append(_arrow(par, "g∥ = Π g (span)", ORDER_COLORS[0]))
-    traces.append(_arrow(perp, "g⊥ = g − Π g (violation)", ORDER_COLORS[3], "dot", symbol="x"))
+    traces.append(_arrow(perp, "g⊥ = g − Π g (violation)", ORDER_COLORS[3], "longdash", symbol="x"))
     traces.append(_arrow(a_par * par + a_perp * perp, f"{a_par:g}·g∥ + {a_perp:g}·g⊥", ORDER_COLORS[1], "dash",
                          symbol="square"))
     return traces
@@ -175,7 +175,9 @@ def span_toy_figure(
     fig = go.Figure(data=span_toy_data(toy, alphas))
     fig.update_layout(
         title=title or "token space R³ (T = 3): span of X and a gradient column",
-        scene={"aspectmode": "cube", "xaxis_title": "token 1", "yaxis_title": "token 2", "zaxis_title": "token 3"},
+        # the camera a little farther than plotly's (1.25, 1.25, 1.25): the z axis title stays inside the figure
+        scene={"aspectmode": "cube", "xaxis_title": "token 1", "yaxis_title": "token 2", "zaxis_title": "token 3",
+               "camera": {"eye": {"x": 1.45, "y": 1.45, "z": 1.25}}},
         height=440,
         # the scene's axis titles reach below its domain: a bottom margin keeps them off what follows the figure
         margin={"l": 0, "r": 0, "t": 40, "b": 50},
