@@ -52,8 +52,11 @@ if [ "$mode" = "voila" ]; then
       *) vargs+=("$arg") ;;
     esac
   done
+  # spanviz's template (scripts/voila/templates/spanviz): Voilà's lab template without its Font Awesome style sheets
+  # from a CDN (offline, each was a console error; Voilà's own bundle has the icons)
+  export JUPYTER_PATH="$repo/scripts${JUPYTER_PATH:+:$JUPYTER_PATH}"
   cd "$repo/notebooks"
-  exec voila ${notebook:+"$notebook"} "${vargs[@]}"
+  exec voila ${notebook:+"$notebook"} --template=spanviz "${vargs[@]}"
 fi
 args=()
 if [ "$(id -u)" = 0 ]; then
@@ -62,6 +65,9 @@ fi
 # Voilà's server extension (for Binder's voila/render links) is not needed here — `lab.sh voila` runs Voilà itself —
 # and loading it makes the server print a deprecation warning at every start.
 args+=("--ServerApp.jpserver_extensions=voila.server_extension=False")
+# JupyterLab's defaults for this repository (scripts/jupyterlab/settings/overrides.json): no "official Jupyter news?"
+# toast over the figures on the first start, no news fetched, no update check (a workshop may be offline).
+args+=("--LabApp.app_settings_dir=$repo/scripts/jupyterlab/settings")
 echo "JupyterLab starts: open the address with its token printed below, then 00_tour.ipynb → Run → Run All Cells." >&2
 # shellcheck disable=SC2086
 exec jupyter lab "--ServerApp.root_dir=$repo/notebooks" "${args[@]}" ${JUPYTER_ARGS:-}

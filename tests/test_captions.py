@@ -58,6 +58,9 @@ def test_loss_caption_lists_every_run_and_says_when_curves_coincide():
     widths = [tr["line"]["width"] for tr in loss_curves_data(runs, ("train_loss", "val_loss"))[1::2]]
     assert widths[0] == widths[1] > widths[2] == widths[3]  # the first run drawn wider: both visible
     assert captions.loss_caption({"a": {"step": [0], "train_loss": [1.0], "val_loss": [None]}}) == ""
+    at_start = {k: {"step": [0], "train_loss": [9.0], "val_loss": [9.01]} for k in ("standard", "[1000]")}
+    t = text(captions.loss_caption(at_start))
+    assert "standard 9.01 (step 0)" in t and "within" not in t  # nothing comparative before the runs have learnt
 
 
 def test_max_logit_and_seed_peak_captions():

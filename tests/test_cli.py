@@ -35,7 +35,7 @@ import torch
 from spanviz import cli, files
 from spanviz.experiments import read_per_seed
 from spanviz.cli import main
-from spanviz.cli.main import COMMANDS
+from spanviz.cli.app import COMMANDS
 from spanviz.model import GPTConfig
 from spanviz.store import ResultsStore
 from spanviz.train import TrainConfig
@@ -663,6 +663,28 @@ def test_help_lists_every_subcommand_with_a_line_and_python_m_works():
             assert name in out.stdout and first_words in out.stdout, (name, out.stdout)
 
 
+def test_help_alone_is_the_full_parsers_help_without_importing_the_commands():
+    import contextlib
+    import io
+
+    from spanviz.cli.help import SUMMARIES, top_help
+    from spanviz.cli.app import parse
+
+    assert list(SUMMARIES) == list(COMMANDS)
+    assert all(SUMMARIES[name][0] == cls.__name__ for name, cls in COMMANDS.items())
+    texts = []
+    for show in (top_help, lambda: parse(["--help"])):
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer), contextlib.suppress(SystemExit):
+            show()
+        texts.append(buffer.getvalue())
+    assert texts[0] == texts[1] and "• bench" in texts[0]  # a summary out of date differs here
+    code = ("import sys; from spanviz.cli import main; main(['--help']); "
+            "print(sorted(m for m in ('torch', 'scipy', 'spanviz.cli.app') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip().endswith("[]"), out.stdout[-300:] + out.stderr[-300:]
+
+
 def test_flags_are_generated_from_the_config_dataclasses():
     """One source of truth: tyro parses the config dataclasses themselves (no generated copies), so every field is
     a flag whose default and help are the dataclass's."""
@@ -690,7 +712,7 @@ def test_flags_are_generated_from_the_config_dataclasses():
 def test_config_file_values_are_defaults_that_typed_flags_override(tmp_path):
     """--config FILE's values come first and typed flags override them; a field the file leaves out keeps its own
     default rule (the warm-up is 10 % of the typed --steps, not of the file's)."""
-    from spanviz.cli.main import parse
+    from spanviz.cli.app import parse
     from spanviz.cli.config_file import read_config_file
 
     path = tmp_path / "config.json"

@@ -6,6 +6,7 @@ Runs in the active virtual environment (the one the tests run in), with temporar
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -78,6 +79,10 @@ def test_lab_sh_reaches_jupyterlab_and_restarts_without_installing(tmp_path: Pat
             contents = url.replace("/lab?", "/api/contents/00_tour.ipynb?content=0&")
             with urllib.request.urlopen(contents, timeout=10) as r:
                 assert r.status == 200
+            notification = url.replace("/lab?", "/lab/api/settings/@jupyterlab/apputils-extension:notification?")
+            with urllib.request.urlopen(notification, timeout=10) as r:  # no news toast over the first figures
+                fetch_news = json.load(r)["schema"]["properties"]["fetchNews"]["default"]
+            assert fetch_news == "false", fetch_news
         finally:
             stop(proc)
         assert "open the address with its token printed below" in log.read_text()

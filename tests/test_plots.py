@@ -339,8 +339,9 @@ def test_fp8_colors_are_one_per_strategy_and_coinciding_bounds_say_so():
     agnostic, aware = fig.data[2], fig.data[3]
     assert agnostic.line.width > 2 * aware.line.width and aware.line.dash == "dot"  # both visible when equal
     scales = [t for t in fig.data if t.name.startswith("scale: ")]
-    assert scales[1].name == "scale: agnostic (= deterministic here)"  # equal curves say so, drawn dotted on top
-    assert scales[0].line.dash == "solid" and all(t.line.dash == "dot" for t in scales[1:])
+    assert scales[1].name == "scale: agnostic (= deterministic here)"  # equal curves say so, drawn thinner on top
+    assert scales[0].line.width > scales[1].line.width and all(t.line.width == scales[1].line.width for t in scales[1:])
+    assert len({t.line.dash for t in scales}) == len(scales)  # each strategy its dash: a second cue beside the colour
     scale_colors = [t.line.color for t in scales]
     assert len(set(scale_colors)) == len(STRATEGY_COLORS)  # no two strategies share a color
     hues = []

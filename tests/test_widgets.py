@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import time
@@ -557,3 +558,120 @@ def test_default_data_follows_the_split_environment(wikitext_dir, tmp_path, monk
     monkeypatch.setenv("SPANVIZ_TRAIN_SPLIT", "test")
     monkeypatch.setenv("SPANVIZ_EVAL_SPLIT", "validation")
     assert default_data(str(wikitext_dir), max_vocab=512).splits == {"train": "test", "eval": "validation"}
+
+
+# ------------------------------------------------------------------------- defaults, marks, reset (issue 38)
+def test_every_panel_default_lies_on_its_slider_grid():
+    from spanviz.widgets.defaults import on_grid
+
+    old_lr = W.FloatLogSlider(value=3e-3, base=10, min=-4, max=-1, step=0.1)  # the slider before: 0.003 off its grid
+    assert not on_grid(old_lr, 3e-3) and not on_grid(W.FloatLogSlider(value=30, min=0, max=2, step=0.25), 30.0)
+    notebook = GPTConfig(vocab_size=64, context_length=128, n_layer=1, n_head=4, d_model=64)
+    for cls in (widgets.SpansPanel, widgets.LocalGlobalPanel, widgets.FP8Panel):
+        for cfg in (SMALL, notebook):
+            panel = cls(cfg, train_cfg=TINY_TRAIN, data=FakeData(), store=None, static=False)
+            off = {n: v for n, v in panel.defaults.values.items() if not on_grid(panel.controls[n], v)}
+            assert off == {}, (cls.__name__, cfg.context_length)
+
+
+def test_a_nudge_and_back_keeps_the_default_and_its_stored_runs(tmp_path):
+    from spanviz.store import ResultsStore
+    from spanviz.widgets.defaults import CHANGED_CLASS
+
+    built: list[str] = []
+
+    def factory(spec, data):
+        built.append(spec.label)
+        return widgets.training.Trainer(spec.model_cfg, spec.train_cfg, data, probes=tuple(spec.probes))
+
+    panel = widgets.LocalGlobalPanel(SMALL, train_cfg=TINY_TRAIN, data=FakeData(), store=ResultsStore(tmp_path),
+                                     static=False, trainer_factory=factory)
+    assert panel.train(blocking=True).state == "done" and len(built) == 2
+    lr = panel.controls["lr"]
+    assert lr.value == TINY_TRAIN.lr and lr.description == "learning rate" and panel.controls["reset"].disabled
+    lr.index += 1  # what the page sends for one arrow key: the next option
+    assert lr.value > TINY_TRAIN.lr and lr.description == "learning rate •" and CHANGED_CLASS in lr._dom_classes
+    assert "default 0.003" in lr.tooltip and "learning rate" in panel.defaults.summary.value
+    assert not panel.controls["reset"].disabled
+    lr.index -= 1
+    assert lr.value == TINY_TRAIN.lr and type(lr.value) is float and lr.description == "learning rate"
+    assert CHANGED_CLASS not in lr._dom_classes and panel.defaults.summary.value == ""
+    built.clear()
+    assert panel.train(blocking=True).state == "done"
+    assert built == [] and sorted(panel.training.replayed) == sorted(panel.training.histories)  # the same store keys
+
+
+def test_reset_returns_every_control_to_the_defaults_the_notebook_set():
+    panel = widgets.FP8Panel(SMALL, train_cfg=TINY_TRAIN, data=FakeData(), store=None, static=False)
+    panel.set_defaults(spike_step=2, spike_factor=30.0)
+    assert panel.controls["spike_factor"].value == 30.0 and panel.controls["reset"].disabled
+    panel.controls["spike_factor"].index += 1
+    panel.controls["rank"].value = 3
+    panel.controls["delta"].value = 1e-5
+    assert set(panel.defaults.changed()) == {"spike_factor", "rank", "delta"}
+    assert panel.controls["rank"].description.endswith(" •")
+    panel.controls["reset"].click()
+    assert panel.defaults.changed() == {} and panel.controls["spike_factor"].value == 30.0
+    assert panel.controls["rank"].value == SMALL.d_head and panel.controls["rank"].description == "rank r"
+    assert panel.views["bounds"].figure.data[-1].x[0] == SMALL.d_head  # the ring moved back with r
+    panel.set_defaults(spike_factor=7.0)  # not one of the grid's factors: the slider gains it
+    assert panel.controls["spike_factor"].value == 7.0 and panel.defaults.changed() == {}
+    with pytest.raises(ValueError, match="spike_step.*grid.*got 2.5"):
+        panel.set_defaults(spike_step=2.5)
+    with pytest.raises(ValueError, match="control must be one of"):
+        panel.set_defaults(learning_rate=1e-3)
+
+
+# ------------------------------------------------------------------------------- time left (issue 38, item 3)
+def test_time_left_comes_from_the_measured_step_rate():
+    from spanviz.widgets.eta import StepRate, time_left
+
+    now = [0.0]
+    rate = StepRate(clock=lambda: now[0])
+    rate.reset()
+    assert rate.seconds_left(100) is None and time_left(None) == "estimating time left…"
+    for t in range(1, 41):  # 2 steps/s for 20 s, then 1 step/s for 40 s: the last 30 s decide
+        now[0] = t / 2
+        rate.add(t)
+    assert rate.seconds_left(100) == pytest.approx(50.0)
+    for t in range(41, 81):
+        now[0] = 20 + (t - 40)
+        rate.add(t)
+    assert rate.seconds_left(100) == pytest.approx(100.0)
+    assert [time_left(s) for s in (2.0, 47.0, 88.0, 100.0, 372.0)] == [
+        "about 5 s left", "about 45 s left", "about 90 s left", "about 2 min left", "about 6 min left"]
+
+
+def test_the_status_says_the_time_left_while_training_and_that_the_defaults_replay(tmp_path):
+    from spanviz.store import ResultsStore
+
+    def slow(spec, data):  # the real trainer at 0.1 s a step or more: the rate needs 1 s to be measured
+        trainer = widgets.training.Trainer(spec.model_cfg, spec.train_cfg, data, probes=tuple(spec.probes))
+        step = trainer.step
+        trainer.step = lambda n=1: (time.sleep(0.1), step(n))[1]
+        return trainer
+
+    panel = widgets.LocalGlobalPanel(SMALL, train_cfg=replace_steps(TINY_TRAIN, 12), data=FakeData(),
+                                     store=ResultsStore(tmp_path), static=False, trainer_factory=slow)
+    seen: list[str] = []
+    panel.training.status.observe(lambda ch: seen.append(ch["new"]), names="value")
+    panel.training.runner.refresh_hz = 1000  # a status line after every step
+    assert panel.train(blocking=True).state == "done"
+    live = [s for s in seen if "steps per run" in s and "left" in s]
+    assert live and all("defaults replay" not in s for s in live)  # at the defaults: nothing to point at
+    assert any(re.search(r"about \d+ (s|min) left", s) for s in live), live
+    assert not re.search("left", panel.training.status.value)  # done: no time left said
+    panel.controls["lr"].index += 1
+    seen.clear()
+    assert panel.train(blocking=True).state == "done" and panel.training.replayed == []
+    assert any("the defaults replay at once: Reset to defaults, then Train" in s for s in seen), seen
+    panel.controls["reset"].click()
+    seen.clear()
+    panel.train(blocking=True)
+    assert sorted(panel.training.replayed) == sorted(panel.training.histories)  # the defaults did replay
+
+
+def replace_steps(cfg: TrainConfig, steps: int) -> TrainConfig:
+    from dataclasses import replace
+
+    return replace(cfg, steps=steps)

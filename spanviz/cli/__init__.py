@@ -12,8 +12,10 @@ Examples::
 
 One module per subcommand (:mod:`~spanviz.cli.prepare_data`, :mod:`~spanviz.cli.train` with its checks in
 :mod:`~spanviz.cli.train_checks`, :mod:`~spanviz.cli.sweep`, :mod:`~spanviz.cli.runs`, :mod:`~spanviz.cli.bench`),
-each a dataclass of flags and a ``cmd_*`` function; :mod:`~spanviz.cli.main` parses with ``tyro`` and dispatches;
-:mod:`~spanviz.cli.common` holds what several share (data flags, messages in flag names, ``SPANVIZ_SMOKE``).
+each a dataclass of flags and a ``cmd_*`` function; :mod:`~spanviz.cli.app` parses with ``tyro`` and dispatches (not
+named ``main``: imported on first use, a submodule ``main`` would rebind this package's function ``main``);
+:mod:`~spanviz.cli.common` holds what several share (data flags, messages in flag names, ``SPANVIZ_SMOKE``);
+:mod:`~spanviz.cli.help` answers ``spanviz --help`` alone without importing the commands.
 
 One source of truth: the model and training flags are the fields of :class:`~spanviz.model.GPTConfig` and
 :class:`~spanviz.train.TrainConfig` themselves — tyro reads their names, types, defaults and help (the
@@ -30,6 +32,23 @@ every evaluation, and ``--resume`` continues the same curve after any interrupti
 at most 2 evaluation batches and 2 seeds, the quick core step-ratio benchmark); the command says so on stderr.
 """
 
-from spanviz.cli.main import main
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
 
 __all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``spanviz`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status (see
+    :func:`spanviz.cli.app.main`). ``spanviz --help`` alone is answered without importing the commands
+    (:mod:`spanviz.cli.help`)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args in (["-h"], ["--help"]):
+        from spanviz.cli.help import top_help
+
+        return top_help()
+    from spanviz.cli.app import main as run
+
+    return run(args)

@@ -1,5 +1,14 @@
-"""Shared pieces of the figures: history contracts (:func:`series`, :func:`layer_series`), colors, and the small
-helpers every figure file uses (:func:`as_array`, :func:`cycle_color`, :func:`rgba`, :func:`block_mean`)."""
+"""Shared pieces of the figures: history contracts (:func:`series`, :func:`layer_series`), the palette and the
+second cues (dashes, marker symbols, fill patterns), and the small helpers every figure file uses
+(:func:`as_array`, :func:`cycle_color`, :func:`rgba`, :func:`block_mean`).
+
+The palette is Okabe & Ito's colour-universal-design set (M. Okabe and K. Ito, "Color Universal Design (CUD): how
+to make figures and presentations that are friendly to colorblind people", 2008, https://jfly.uni-koeln.de/color/;
+also Wong, "Points of view: Color blindness", Nature Methods 8:441, 2011): its hues stay apart for protan and
+deutan readers. Its colours do not stay apart in grayscale (vermillion, bluish green and reddish purple have about
+the same lightness), so every figure gives series of one plot a second cue besides the colour — a dash, a marker
+symbol or a fill pattern (tests/test_colours.py checks the drawn figures under a deuteranopia simulation and in
+grayscale)."""
 
 from __future__ import annotations
 
@@ -8,14 +17,35 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from plotly.colors import qualitative
 
 Trace = dict[str, Any]
 History = Mapping[str, Sequence[Any]]
 
-COLORS = qualitative.Plotly
-ORDER_COLORS = ("#1f77b4", "#2ca02c", "#ff7f0e", "#d62728")  # order 0 (parallel) .. 3 (all violation)
+OKABE_ITO = {
+    "black": "#000000", "orange": "#E69F00", "sky blue": "#56B4E9", "bluish green": "#009E73",
+    "yellow": "#F0E442", "blue": "#0072B2", "vermillion": "#D55E00", "reddish purple": "#CC79A7",
+}
+"""The eight colours of Okabe & Ito's palette (see the module docstring)."""
+COLORS = tuple(OKABE_ITO[n] for n in ("blue", "vermillion", "bluish green", "reddish purple", "orange", "sky blue"))
+"""Series colours in order (Okabe–Ito without black and yellow, which lines of other colours and white need)."""
+BLACK, GRAY = OKABE_ITO["black"], "#888888"
+ORDER_COLORS = tuple(OKABE_ITO[n] for n in ("blue", "bluish green", "orange", "vermillion"))
+"""Order 0 (parallel) .. 3 (all violation)."""
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star")
+"""Marker symbols of series in order: a second cue beside the colour, and curves on top of each other told apart."""
+PATTERNS = ("", "/", ".", "x", "-", "|")
+"""Fill patterns of bars and areas in order (plotly's ``marker.pattern.shape`` / ``fillpattern.shape``)."""
+MAX_MARKERS = 20
+"""A long line shows at most this many markers (plotly's ``marker.maxdisplayed``): its symbol stays visible as a
+second cue without a marker at every step."""
+
+
+def markers(n_points: int, **marker: Any) -> dict[str, Any]:
+    """The mode and marker of a line with ``n_points`` points: markers on every point up to 60, thinned to
+    :data:`MAX_MARKERS` beyond (the symbol is a second cue, not a reading of each point)."""
+    thin = {"maxdisplayed": MAX_MARKERS} if n_points > 60 else {}
+    return {"mode": "lines+markers", "marker": {**marker, **thin}}
 
 
 def as_array(x: Any, dtype: Any = float) -> np.ndarray:
@@ -26,7 +56,7 @@ def as_array(x: Any, dtype: Any = float) -> np.ndarray:
 
 
 def cycle_color(i: int) -> str:
-    """The i-th color of plotly's qualitative palette (:data:`COLORS`), cycling; any int i >= 0."""
+    """The i-th color of the palette (:data:`COLORS`, Okabe–Ito), cycling; any int i >= 0."""
     return COLORS[i % len(COLORS)]
 
 

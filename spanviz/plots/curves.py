@@ -8,7 +8,9 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from spanviz.plots.common import DASHES, History, Trace, as_array, cycle_color, rgba, series
+from spanviz.plots.common import (
+    DASHES, GRAY, SYMBOLS, History, Trace, as_array, cycle_color, markers, rgba, series,
+)
 
 # ------------------------------------------------------------------------------------ loss curves, seeds
 def seed_band(histories: Sequence[History], metric: str = "val_loss") -> dict[str, np.ndarray]:
@@ -44,10 +46,6 @@ def _as_seed_runs(runs: Mapping[str, Any]) -> dict[str, list[History]]:
     if not isinstance(runs, Mapping):
         raise ValueError(f"runs must map variant name -> history or list of histories, got {type(runs).__name__}")
     return {name: [h] if isinstance(h, Mapping) else list(h) for name, h in runs.items()}
-
-
-SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star")
-"""Marker symbols of the variants, in order: runs whose curves lie on top of each other stay told apart."""
 
 
 def variant_widths(n: int) -> list[float]:
@@ -88,9 +86,8 @@ def loss_curves_data(runs: Mapping[str, Any], metrics: str | Sequence[str] = "va
                     "type": "scatter",
                     "x": x,
                     "y": b["mean"],
-                    "mode": "lines+markers" if len(x) <= 60 else "lines",
+                    **markers(len(x), size=4 + widths[v], symbol=SYMBOLS[v % len(SYMBOLS)]),
                     "line": {"color": color, "dash": DASHES[m % len(DASHES)], "width": widths[v]},
-                    "marker": {"size": 4 + widths[v], "symbol": SYMBOLS[v % len(SYMBOLS)]},
                     "legendgroup": label,
                     "name": label if n == 1 else f"{label} (mean of {n} seeds)",
                 }
@@ -158,7 +155,7 @@ def seed_peaks_data(runs: Mapping[str, Any], metric: str) -> list[Trace]:
     for v, (name, peaks) in enumerate(seed_peaks(runs, metric).items()):
         traces.append({"type": "scatter", "x": [s for s, _ in peaks], "y": [p for _, p in peaks], "mode": "markers",
                        "marker": {"color": cycle_color(v), "symbol": "star", "size": 12,
-                                  "line": {"width": 1, "color": "black"}},
+                                  "line": {"width": 1, "color": "#000000"}},
                        "name": f"{name}: peak of each seed", "legendgroup": name,
                        "hovertemplate": "peak %{y:.3g} at step %{x}<extra></extra>"})
     return traces
@@ -179,8 +176,9 @@ def relative_change_data(steps: Any, changes: Mapping[str, Any], noise: Any | No
         y = as_array(y)
         if y.shape != x.shape:
             raise ValueError(f"changes[{name!r}] has shape {y.shape}, steps has {x.shape}")
-        traces.append({"type": "scatter", "x": x, "y": y, "name": name, "mode": "lines+markers",
-                       "line": {"color": cycle_color(i + 1), "width": 3}, "marker": {"size": 6},
+        traces.append({"type": "scatter", "x": x, "y": y, "name": name,
+                       **markers(len(x), size=7, symbol=SYMBOLS[(i + 1) % len(SYMBOLS)]),
+                       "line": {"color": cycle_color(i + 1), "width": 3, "dash": DASHES[i % len(DASHES)]},
                        "hovertemplate": "step %{x}: %{y:+.2f} %<extra></extra>"})
     return traces
 
@@ -204,7 +202,7 @@ def relative_change_figure(
         ValueError: a series whose length differs from ``steps``.
     """
     fig = go.Figure(data=relative_change_data(steps, changes, noise))
-    fig.add_hline(y=0, line={"color": "gray", "width": 1})
+    fig.add_hline(y=0, line={"color": GRAY, "width": 1})
     fig.update_layout(
         title=title or "change against the baseline (gray: seed noise)",
         xaxis_title="step",

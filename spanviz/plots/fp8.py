@@ -10,21 +10,28 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from spanviz.plots.common import History, Trace, as_array, cycle_color, rgba, keys_under
+from spanviz.plots.common import (
+    BLACK, DASHES, GRAY, OKABE_ITO, SYMBOLS, History, Trace, as_array, cycle_color, keys_under, markers, rgba,
+)
 
 # ------------------------------------------------------------------------------------------------- FP8
 E4M3_MAX = 448.0
 
-STRATEGY_COLORS = {
-    "deterministic": "#1f77b4", "agnostic": "#2ca02c", "theory": "#9467bd", "delayed": "#d62728",
-    "dynamic": "#8c564b", "calibrated": "#17becf",
-}
-"""One color per scaling strategy, in every FP8 figure (the bounds take their strategy's color: worst case =
-deterministic, rank-agnostic = agnostic, rank-aware = theory); well apart in hue, not two shades of pink."""
+STRATEGY_COLORS = {s: OKABE_ITO[c] for s, c in (
+    ("deterministic", "blue"), ("agnostic", "bluish green"), ("theory", "reddish purple"), ("delayed", "vermillion"),
+    ("dynamic", "sky blue"), ("calibrated", "orange"))}
+"""One colour per scaling strategy, in every FP8 figure (the bounds take their strategy's colour: worst case =
+deterministic, rank-agnostic = agnostic, rank-aware = theory), from the Okabe–Ito palette (:mod:`.common`)."""
 BOUND_STRATEGY = {"worst case": "deterministic", "rank-agnostic": "agnostic", "rank-aware": "theory"}
 """The strategy whose scale comes from each bound."""
 STRATEGY_ORDER = ("delayed", "dynamic", "deterministic", "theory", "agnostic", "calibrated")
 """The order strategies are listed in (the baseline first): :func:`fp8_series` sorts by it."""
+STRATEGY_DASHES = dict(zip(STRATEGY_ORDER, DASHES))
+STRATEGY_SYMBOLS = dict(zip(STRATEGY_ORDER, SYMBOLS))
+"""The second cue of a strategy's scale (dash) and overflow (dash and marker) curves, beside its colour."""
+SPIKE_FILL = GRAY
+"""The LR spike's band: a neutral gray with dotted black edges (a second cue: the pale rank-agnostic band is about
+as light)."""
 BOUND_STYLES = {
     "worst case": {"dash": "dash", "width": 2},
     "rank-agnostic": {"dash": "solid", "width": 8},  # a wide pale band: visible under a rank-aware line on top of it
@@ -38,6 +45,10 @@ def bound_color(name: str, i: int = 0) -> str:
     """The color of a bound (``"rank-aware"``, ``"worst case × 2^1"``, ...) or a strategy name; else the i-th color."""
     base = name.split(" × ")[0]
     return STRATEGY_COLORS.get(BOUND_STRATEGY.get(base, base), cycle_color(i))
+
+
+def _strategy_dash(name: str, i: int) -> str:
+    return STRATEGY_DASHES.get(name, DASHES[i % len(DASHES)])
 
 
 def _bound_line(name: str, i: int) -> dict[str, Any]:
@@ -86,7 +97,7 @@ def fp8_panel_data(
     obs = col("observed", observed)
     traces: list[Trace] = [
         {"type": "scatter", "x": x, "y": obs, "name": "observed max |S|", "mode": "lines",
-         "line": {"color": "black", "width": 2.5}, "legendgroup": "logits",
+         "line": {"color": BLACK, "width": 2.5}, "legendgroup": "logits",
          "legendgrouptitle": {"text": "max logit"}}
     ]
     curves = {name: col(f"bounds[{name!r}]", y) for name, y in bounds.items()}
@@ -103,22 +114,24 @@ def fp8_panel_data(
                        "legendgroup": "above", "showlegend": False,
                        "hovertemplate": f"step %{{x}}: max |S| above the {name} bound<extra></extra>"})
     strategies = list(dict.fromkeys([*scales, *overflows]))
-    # A strategy whose curve equals an earlier one's at every step is drawn dotted on top of it, and says so.
+    # Each strategy its colour and its dash (and marker in the counts); a strategy whose curve equals an earlier one's
+    # at every step is drawn thinner on top of it, and says so.
     scale_curves = {name: col(f"scales[{name!r}]", y) for name, y in scales.items()}
     same = coinciding(scale_curves)
     for k, (name, y) in enumerate(scale_curves.items()):
         i = strategies.index(name)
         traces.append({"type": "scatter", "x": x, "y": y, "name": f"scale: {name}{_coincide_note(name, same)}",
                        "mode": "lines", "line": {"color": bound_color(name, i + 5), "width": 2 if name in same else 4,
-                                                 "dash": "dot" if name in same else "solid"},
+                                                 "dash": _strategy_dash(name, i)},
                        "legendgroup": "scales", **({"legendgrouptitle": {"text": "FP8 scale"}} if k == 0 else {})})
     counts = {name: col(f"overflows[{name!r}]", y) for name, y in overflows.items()}
     same = coinciding(counts)
     for k, (name, y) in enumerate(counts.items()):
         i = strategies.index(name)
         traces.append({"type": "scatter", "x": x, "y": y, "name": f"overflows: {name}{_coincide_note(name, same)}",
-                       "mode": "lines+markers", "marker": {"size": 4},
-                       "line": {"color": bound_color(name, i + 5), "dash": "dot" if name in same else "solid"},
+                       **markers(len(x), size=6, symbol=STRATEGY_SYMBOLS.get(name, SYMBOLS[i % len(SYMBOLS)])),
+                       "line": {"color": bound_color(name, i + 5), "dash": _strategy_dash(name, i),
+                                "width": 1 if name in same else 2},
                        "legendgroup": "overflows",
                        **({"legendgrouptitle": {"text": "E4M3 overflows"}} if k == 0 else {})})
     return traces
@@ -183,8 +196,9 @@ def fp8_panel_figure(
         # named in the legend (the band of the first row), not by a label inside the plot: there it sat on the
         # bound curves, which run along the top of the first row after the first steps
         for row in (1, 2, 3, 4):
-            fig.add_vrect(x0=start - 0.5, x1=start + max(length, 1) - 0.5, fillcolor="orange", opacity=0.25,
-                          line_width=0, row=row, col=1, exclude_empty_subplots=False, showlegend=row == 1,
+            fig.add_vrect(x0=start - 0.5, x1=start + max(length, 1) - 0.5, fillcolor=SPIKE_FILL, opacity=0.25,
+                          line={"color": BLACK, "width": 1, "dash": "dot"}, row=row, col=1,
+                          exclude_empty_subplots=False, showlegend=row == 1,
                           name=f"LR spike ×{factor:g}, {when}",
                           legendgroup="spike", legendrank=1)
     fig.update_layout(title=title or "FP8 attention logits", height=820, margin={"l": 60, "r": 10, "t": 60, "b": 40},
@@ -219,13 +233,13 @@ def bound_vs_rank_data(
         if y.shape != x.shape:
             raise ValueError(f"reference has shape {y.shape}, ranks has {x.shape}")
         traces.append({"type": "scatter", "x": x, "y": y, "name": "√(r/d_head) × rank-aware at r = d_head",
-                       "mode": "lines", "line": {"color": "gray", "dash": "dot", "width": 2}})
+                       "mode": "lines", "line": {"color": GRAY, "dash": "dot", "width": 2}})
     if observed is not None:
         y = as_array(observed)
         if y.shape != x.shape:
             raise ValueError(f"observed has shape {y.shape}, ranks has {x.shape}")
         traces.append({"type": "scatter", "x": x, "y": y, "name": "observed max |S|", "mode": "markers",
-                       "marker": {"color": "black", "size": 8, "symbol": "x"}})
+                       "marker": {"color": BLACK, "size": 8, "symbol": "x"}})
         curves["observed max |S|"] = y
     if r is not None:
         idx = np.flatnonzero(x == r)
@@ -233,7 +247,7 @@ def bound_vs_rank_data(
             raise ValueError(f"r={r} is not one of the ranks {x.tolist()}")
         at = [float(as_array(y)[idx[0]]) for y in curves.values()]
         traces.append({"type": "scatter", "x": [r] * len(at), "y": at, "name": f"r = {r}", "mode": "markers",
-                       "marker": {"color": "rgba(0,0,0,0)", "size": 16, "line": {"color": "red", "width": 2}}})
+                       "marker": {"color": "rgba(0,0,0,0)", "size": 16, "line": {"color": BLACK, "width": 2}}})
     return traces
 
 

@@ -10,7 +10,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from spanviz.plots.common import DASHES, History, Trace, as_array, block_mean, cycle_color, layer_series
+from spanviz.plots.common import (
+    DASHES, SYMBOLS, History, Trace, as_array, block_mean, cycle_color, layer_series, markers,
+)
 
 # -------------------------------------------------------------------------------------- local/global heads
 def mask_gap(n_cells: int) -> int:
@@ -186,7 +188,7 @@ def attention_heads_figure(
 
 
 def max_logit_data(runs: Mapping[str, History], key: str = "logits/max_per_layer") -> list[Trace]:
-    """Traces of :func:`max_logit_figure`: for each run (color) one line per layer (dash)."""
+    """Traces of :func:`max_logit_figure`: for each run (color and marker symbol) one line per layer (dash)."""
     traces = []
     for r, (name, history) in enumerate(runs.items()):
         steps, values = layer_series(history, key)
@@ -196,8 +198,7 @@ def max_logit_data(runs: Mapping[str, History], key: str = "logits/max_per_layer
                     "type": "scatter",
                     "x": steps,
                     "y": values[:, layer],
-                    "mode": "lines+markers" if len(steps) <= 60 else "lines",
-                    "marker": {"size": 4},
+                    **markers(len(steps), size=6, symbol=SYMBOLS[r % len(SYMBOLS)]),
                     "line": {"color": cycle_color(r), "dash": DASHES[layer % len(DASHES)]},
                     "legendgroup": name,
                     "name": f"{name} · layer {layer}",

@@ -11,7 +11,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from spanviz.plots.common import (
-    ORDER_COLORS, History, Trace, as_array, cycle_color, keys_under, series,
+    BLACK, GRAY, ORDER_COLORS, PATTERNS, History, Trace, as_array, cycle_color, keys_under, series,
 )
 
 
@@ -32,6 +32,7 @@ def energy_by_order_data(steps: Any, shares: Mapping[str, Any]) -> list[Trace]:
                 "stackgroup": "energy",
                 "mode": "lines",
                 "line": {"color": ORDER_COLORS[i % 4]},
+                "fillpattern": {"shape": PATTERNS[i % len(PATTERNS)], "fgcolor": "#ffffff", "solidity": 0.3},
             }
         )
     return traces
@@ -84,7 +85,7 @@ def subspace_angles_data(angles: Mapping[str, Any]) -> list[Trace]:
     for i, (pair, theta) in enumerate(angles.items()):
         deg = np.degrees(as_array(theta))
         traces.append({"type": "bar", "x": np.arange(1, len(deg) + 1), "y": deg, "name": pair,
-                       "marker": {"color": cycle_color(i)}})
+                       "marker": {"color": cycle_color(i), "pattern": {"shape": PATTERNS[i % len(PATTERNS)]}}})
     return traces
 
 
@@ -111,14 +112,15 @@ def subspace_angles_figure(angles: Mapping[str, Any], title: str | None = None) 
 
 
 # ------------------------------------------------------------------------------------------- the T = 3 toy
-def _arrow(vec: np.ndarray, name: str, color: str, dash: str = "solid", width: int = 6) -> Trace:
+def _arrow(vec: np.ndarray, name: str, color: str, dash: str = "solid", width: int = 6,
+           symbol: str = "diamond") -> Trace:
     return {
         "type": "scatter3d",
         "x": [0.0, vec[0]],
         "y": [0.0, vec[1]],
         "z": [0.0, vec[2]],
         "mode": "lines+markers",
-        "marker": {"size": [0, 5], "color": color, "symbol": "diamond"},
+        "marker": {"size": [0, 6], "color": color, "symbol": symbol},
         "line": {"color": color, "width": width, "dash": dash},
         "name": name,
     }
@@ -140,19 +142,21 @@ def span_toy_data(toy: Mapping[str, np.ndarray], alphas: Sequence[float] = (1.0,
             "i": [0, 0],
             "j": [1, 2],
             "k": [2, 3],
-            "color": "#1f77b4",
+            "color": ORDER_COLORS[0],
             "opacity": 0.2,
             "name": "span(X)",
             "showlegend": True,
             "hoverinfo": "skip",
         }
     ]
-    for c in range(2):
-        traces.append(_arrow(toy["basis"][:, c], f"x{c + 1} (column of X)", "gray", width=3))
-    traces.append(_arrow(g, "g (gradient)", "black"))
+    # colour and a second cue each (dash or tip symbol): told apart in grayscale and by colour-blind readers
+    for c, symbol in enumerate(("circle", "square")):
+        traces.append(_arrow(toy["basis"][:, c], f"x{c + 1} (column of X)", GRAY, width=3, symbol=symbol))
+    traces.append(_arrow(g, "g (gradient)", BLACK))
     traces.append(_arrow(par, "g∥ = Π g (span)", ORDER_COLORS[0]))
-    traces.append(_arrow(perp, "g⊥ = g − Π g (violation)", ORDER_COLORS[3]))
-    traces.append(_arrow(a_par * par + a_perp * perp, f"{a_par:g}·g∥ + {a_perp:g}·g⊥", ORDER_COLORS[1], "dash"))
+    traces.append(_arrow(perp, "g⊥ = g − Π g (violation)", ORDER_COLORS[3], "longdash", symbol="x"))
+    traces.append(_arrow(a_par * par + a_perp * perp, f"{a_par:g}·g∥ + {a_perp:g}·g⊥", ORDER_COLORS[1], "dash",
+                         symbol="square"))
     return traces
 
 
@@ -171,7 +175,9 @@ def span_toy_figure(
     fig = go.Figure(data=span_toy_data(toy, alphas))
     fig.update_layout(
         title=title or "token space R³ (T = 3): span of X and a gradient column",
-        scene={"aspectmode": "cube", "xaxis_title": "token 1", "yaxis_title": "token 2", "zaxis_title": "token 3"},
+        # the camera a little farther than plotly's (1.25, 1.25, 1.25): the z axis title stays inside the figure
+        scene={"aspectmode": "cube", "xaxis_title": "token 1", "yaxis_title": "token 2", "zaxis_title": "token 3",
+               "camera": {"eye": {"x": 1.45, "y": 1.45, "z": 1.25}}},
         height=440,
         # the scene's axis titles reach below its domain: a bottom margin keeps them off what follows the figure
         margin={"l": 0, "r": 0, "t": 40, "b": 50},

@@ -71,7 +71,9 @@ def loss_caption(histories: Mapping[str, Mapping[str, Sequence[Any]]]) -> str:
         return ""
     parts = [f"{_e(label)} {value:.4g} (step {step})" for label, (step, value) in last.items()]
     text = "<b>Last validation loss</b>: " + "; ".join(parts) + "."
-    if len(last) > 1:
+    # Compared only once every run has learnt something: at step 0 runs of one seed start at the same loss, and
+    # "within 0.00 %" would say nothing about how they end.
+    if len(last) > 1 and min(step for step, _ in last.values()) > 0:
         values = [v for _, v in last.values()]
         spread = 100.0 * (max(values) / min(values) - 1.0)
         if spread < 2.0:

@@ -18,6 +18,7 @@ from spanviz.model import GPTConfig
 from spanviz.runner import TrainerLike
 from spanviz.train import TrainConfig
 from spanviz.widgets import captions
+from spanviz.widgets.defaults import DELTA_GRID, FACTOR_GRID, grid_slider
 from spanviz.widgets.figures import FigureView, side_by_side, slider
 from spanviz.widgets.panel import ANALYTIC_THREADS, Panel
 from spanviz.widgets.specs import LOSS_VIEW, History, LiveView, RunSpec
@@ -64,11 +65,13 @@ class FP8Panel(Panel):
         self.bounds = BoundsVsRank(cfg.d_model, dh, cfg.context_length, threads=ANALYTIC_THREADS)
         c = self.controls
         c["rank"] = slider(W.IntSlider, "rank r", dh, min=1, max=dh)
-        c["delta"] = slider(W.FloatLogSlider, "δ", 1e-3, base=10, min=-9, max=-1, step=0.5)
+        c["delta"] = grid_slider("δ", DELTA_GRID, 1e-3, continuous=True)
         c["margin"] = slider(W.IntSlider, "margin (2^m headroom)", 0, min=0, max=4)
-        c["spike_step"] = slider(W.IntSlider, "LR spike at step", 100, continuous=False, min=0, max=1000, step=10)
-        c["spike_factor"] = slider(W.FloatLogSlider, "LR spike ×", 10.0, continuous=False, base=10, min=0, max=2,
-                                   step=0.25)
+        steps = self.train_cfg().steps  # the spike starts within the run, on its slider's grid (10s in a long run)
+        every = 10 if steps >= 100 else 1
+        c["spike_step"] = slider(W.IntSlider, "LR spike at step", min(100, steps // 2) // every * every,
+                                 continuous=False, min=0, max=max(steps - 1, 1), step=every)
+        c["spike_factor"] = grid_slider("LR spike ×", FACTOR_GRID, 10.0)
         c["spike_steps"] = slider(W.IntSlider, "LR spike length", 5, continuous=False, min=1, max=50)
         self.scales = W.HTML()
         self.bounds_caption = W.HTML("", layout=W.Layout(width="100%"))
@@ -84,7 +87,7 @@ class FP8Panel(Panel):
         for name in ("spike_step", "spike_factor", "spike_steps"):
             c[name].observe(lambda _ch: self._mark_spike(), names="value")
         note = W.HTML(
-            "<small>The LR spike sliders apply to the next <b>Train</b>; the orange band marks the spike. The jump "
+            "<small>The LR spike sliders apply to the next <b>Train</b>; the gray band marks the spike. The jump "
             "of the max logit in the first few dozen steps, and the bump in the loss with it, is the heads starting "
             "to attend (their logits start near 0 and grow as the learning rate warms up), not the spike.</small>")
         self.widget = W.VBox([
@@ -142,24 +145,26 @@ class FP8Panel(Panel):
                                     build=self._bounds_figure)
         self._update_scales()
 
-    def _specs(self) -> list[RunSpec]:
-        c = self.controls
+    def _plan(self, v: Mapping[str, Any]) -> list[RunSpec]:
         data = self.training.data()
-        r = int(c["rank"].value)
+        r = int(v["rank"])
         cfg = replace(self.model_cfg, vocab_size=data.vocab_size, qk_rank=None if r == self.model_cfg.d_head else r)
-        train_cfg = self._spiked_train_cfg()
-        self._spike, self._max_step = self._planned_spike(train_cfg)
-        probe = fp8.FP8Probe(every=1, delta=float(c["delta"].value), margin=float(c["margin"].value))
-        self._probe_margin, self._probe_rank = probe.margin, r
-        return [RunSpec(f"rank {r}", cfg, train_cfg, (probe,))]
+        probe = fp8.FP8Probe(every=1, delta=float(v["delta"]), margin=float(v["margin"]))
+        return [RunSpec(f"rank {r}", cfg, self._spiked_train_cfg(v), (probe,))]
 
-    def _spiked_train_cfg(self) -> TrainConfig:
-        c = self.controls
+    def _planned(self, specs: list[RunSpec]) -> None:
+        (spec,) = specs
+        self._spike, self._max_step = self._planned_spike(spec.train_cfg)
+        self._probe_margin = spec.probes[0].margin
+        self._probe_rank = spec.model_cfg.qk_rank or spec.model_cfg.d_head
+
+    def _spiked_train_cfg(self, v: Mapping[str, Any] | None = None) -> TrainConfig:
+        v = self.values() if v is None else v
         train_cfg = self.train_cfg()
-        factor = float(c["spike_factor"].value)
-        start = min(int(c["spike_step"].value), train_cfg.steps - 1)
+        factor = float(v["spike_factor"])
+        start = min(int(v["spike_step"]), train_cfg.steps - 1)
         return replace(train_cfg, lr_spike_factor=factor, lr_spike_start=start,
-                       lr_spike_steps=int(c["spike_steps"].value) if factor != 1.0 else 0)
+                       lr_spike_steps=int(v["spike_steps"]) if factor != 1.0 else 0)
 
     def _planned_spike(self, train_cfg: TrainConfig | None = None) -> tuple[tuple[int, int, float] | None, int]:
         """((first step, steps, factor) of the LR spike or None, the run's last step) for ``train_cfg``

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -17,6 +18,7 @@ from spanviz.model import GPTConfig
 from spanviz.runner import TrainerLike
 from spanviz.train import TrainConfig
 from spanviz.widgets import captions
+from spanviz.widgets.defaults import LR_GRID, grid_slider
 from spanviz.widgets.figures import FigureView, computing, slider
 from spanviz.widgets.panel import ANALYTIC_THREADS, Panel
 from spanviz.widgets.specs import LOSS_VIEW, History, LiveView, RunSpec
@@ -45,7 +47,8 @@ class LocalGlobalPanel(Panel):
     Args:
         model_cfg: base model (default 2 layers, 4 heads, d_model 128); context_length, n_local, window are
             taken from the sliders.
-        train_cfg: base ``TrainConfig`` (default :func:`default_train_cfg`); lr from the slider.
+        train_cfg: base ``TrainConfig`` (default :func:`default_train_cfg`); lr from the slider (its default: this
+            config's lr, among the values of :data:`~spanviz.widgets.defaults.LR_GRID`).
         probe_every: LogitProbe period in steps.
         data, store, trainer_factory, static, refresh_hz: see :class:`TrainingPanel`.
     """
@@ -69,9 +72,10 @@ class LocalGlobalPanel(Panel):
         c = self.controls
         c["n_local"] = slider(W.IntSlider, "n_local (local heads)", max(H - 1, 0), min=0, max=H)
         c["window"] = slider(W.IntSlider, "window p", 16, min=1, max=128)
-        c["context"] = slider(W.IntSlider, "context T", min(self.model_cfg.context_length, 64), continuous=False,
-                              min=16, max=512, step=16)  # large T: H·T² mask cells, redraw on release
-        c["lr"] = slider(W.FloatLogSlider, "learning rate", 3e-3, continuous=False, base=10, min=-4, max=-1, step=0.1)
+        T = min(self.model_cfg.context_length, 64)  # steps of 16 (of gcd(16, T): the default on the grid)
+        c["context"] = slider(W.IntSlider, "context T", T, continuous=False, min=min(16, T), max=512,
+                              step=math.gcd(16, T))  # large T: H·T² mask cells, redraw on release
+        c["lr"] = grid_slider("learning rate", LR_GRID, self.train_cfg().lr)  # the default replays stored runs
         self.views["masks"] = FigureView(self._masks_figure(), static=self.static, name="masks")
         for name in ("n_local", "window"):
             c[name].observe(lambda _ch: self.update_masks(), names="value")
@@ -118,13 +122,12 @@ class LocalGlobalPanel(Panel):
         view.update(head_masks_data(self.masks(), zoom=MASK_ZOOM), build=self._masks_figure,
                     layout={"annotations": annotations})
 
-    def _specs(self) -> list[RunSpec]:
-        c = self.controls
+    def _plan(self, v: Mapping[str, Any]) -> list[RunSpec]:
         data = self.training.data()
-        T = int(c["context"].value)
+        T = int(v["context"])
         base = replace(self.model_cfg, vocab_size=data.vocab_size, context_length=T, n_local=0, window=None)
-        train_cfg = replace(self.train_cfg(), lr=float(c["lr"].value))
-        ls = replace(base, n_local=int(c["n_local"].value), window=int(c["window"].value))
+        train_cfg = replace(self.train_cfg(), lr=float(v["lr"]))
+        ls = replace(base, n_local=int(v["n_local"]), window=int(v["window"]))
         probe = LogitProbe(every=self.probe_every, entropy=False)
         label_ls = f"LS ({ls.n_local} local, p={ls.window})"
         return [RunSpec("MHSA", base, train_cfg, (probe,)), RunSpec(label_ls, ls, train_cfg, (probe,))]

@@ -14,6 +14,7 @@ from spanviz.model import GPTConfig
 from spanviz.runner import Runner, TrainerLike
 from spanviz.contexts import torch_threads
 from spanviz.train import TrainConfig
+from spanviz.widgets.defaults import Defaults
 from spanviz.widgets.figures import FigureView, use_static
 from spanviz.widgets.specs import LiveView, RunSpec, default_train_cfg
 from spanviz.widgets.training import TrainingPanel
@@ -57,8 +58,10 @@ class Panel:
     callbacks are registered.
 
     Assigning ``widget`` marks the box as a panel (CSS class ``spanviz-panel``: the figures' busy state covers the
-    panel) and makes every control (a value control or a button) end with :meth:`settle`, after its own callbacks
-    have redrawn what they redraw.
+    panel), takes the controls' values as their defaults (:class:`~spanviz.widgets.defaults.Defaults`: a control
+    moved off its default is marked, and a "Reset to defaults" row heads the box; a notebook's own defaults are
+    set with :meth:`set_defaults`), and makes every control (a value control or a button) end with :meth:`settle`,
+    after its own callbacks have redrawn what they redraw.
 
     Args:
         model_cfg: the panel's model (None: ``default_model``).
@@ -85,7 +88,7 @@ class Panel:
                          refresh_hz: float) -> TrainingPanel:
         """Make the training part: its buttons join ``controls`` and its live figures ``views`` (``train/…``)."""
         self.training = TrainingPanel(self._specs, live=live, data=data, store=store, trainer_factory=trainer_factory,
-                                      static=self.static, refresh_hz=refresh_hz)
+                                      static=self.static, refresh_hz=refresh_hz, hint=self.replay_hint)
         self.views.update({f"train/{k}": v for k, v in self.training.views.items()})
         self.controls.update(self.training.controls)
         return self.training
@@ -101,6 +104,10 @@ class Panel:
     def widget(self, box: W.Box) -> None:
         self._widget = box
         box.add_class(PANEL_CLASS)
+        self.defaults = Defaults({name: c for name, c in self.controls.items()
+                                  if isinstance(c, W.ValueWidget) and not isinstance(c, _DISPLAYS)})
+        self.controls["reset"] = self.defaults.reset_button
+        box.children = (self.defaults.widget, *box.children)
         for control in self.controls.values():
             if isinstance(control, W.Button):
                 control.on_click(lambda _button: self.settle())
@@ -114,12 +121,49 @@ class Panel:
             if isinstance(view.widget, PlotlyFigure):
                 view.widget.settled()
 
+    def set_defaults(self, **values: object) -> None:
+        """Set controls (by name) and make these values their defaults — "Reset to defaults" returns to them
+        (a notebook's parameters, e.g. ``panel.set_defaults(lr=LR)``).
+
+        Raises:
+            ValueError: an unknown control, or a value off its slider's grid (see :meth:`Defaults.set`).
+        """
+        self.defaults.set(**values)
+
+    def reset(self) -> None:
+        """Set every control back to its default (the "Reset to defaults" button)."""
+        self.defaults.reset()
+
     def train_cfg(self) -> TrainConfig:
         """The training settings the panel was given, else :func:`default_train_cfg`."""
         return self._train_cfg if self._train_cfg is not None else default_train_cfg()
 
-    def _specs(self) -> list[RunSpec]:
+    def values(self) -> dict[str, Any]:
+        """name → value of every control a person sets (sliders, dropdowns)."""
+        return {n: c.value for n, c in self.controls.items() if isinstance(c, W.ValueWidget)
+                and not isinstance(c, _DISPLAYS)}
+
+    def _plan(self, values: dict[str, Any]) -> list[RunSpec]:
+        """The runs Train starts for these control values (no side effects: also asked for the defaults)."""
         raise NotImplementedError
+
+    def _planned(self, specs: list[RunSpec]) -> None:
+        """Note what the live views need to know of the runs about to train (a subclass's hook)."""
+
+    def _specs(self) -> list[RunSpec]:
+        specs = self._plan(self.values())
+        self._planned(specs)
+        return specs
+
+    def replay_hint(self) -> str:
+        """A line for the status while runs train live: when the controls are off their defaults and the store has
+        every run of the defaults, that those replay at once; else ""."""
+        if self.defaults.at_defaults:
+            return ""
+        specs = self._plan({**self.values(), **self.defaults.values})
+        if specs and all(self.training.stored(spec) for spec in specs):
+            return "the defaults replay at once: Reset to defaults, then Train"
+        return ""
 
     def train(self, blocking: bool | None = None) -> Runner:
         """Train the runs of the current controls (see :meth:`TrainingPanel.train`)."""

@@ -309,12 +309,11 @@ class SpansPanel(Panel):
                 self.training.refresh()  # the energy-by-order view follows the picked layer
 
     # ------------------------------------------------------------------------------------------ training
-    def _specs(self) -> list[RunSpec]:
+    def _plan(self, v: Mapping[str, Any]) -> list[RunSpec]:
         data = self.training.data()
         base = replace(self.model_cfg, vocab_size=data.vocab_size, spans=None)
         train_cfg = self.train_cfg()
-        cfg = SpanConfig(alphas=self.alphas, preset=self.controls["preset"].value)
-        self._probe_label, self._trained_alphas = cfg.label(), cfg.alphas
+        cfg = SpanConfig(alphas=tuple(float(v[f"alpha{i}"]) for i in range(4)), preset=v["preset"])
         twin = replace(train_cfg, seed=train_cfg.seed + 1)
         # The standard run's probe does not follow the sliders (cfg=None: what kv8 [1000] would see there), so its
         # store key holds no α and no preset: changing them retrains the α run only, the standard runs replay.
@@ -322,6 +321,10 @@ class SpansPanel(Panel):
                 RunSpec(f"standard, seed {twin.seed}", base, twin),
                 RunSpec(cfg.label(), replace(base, spans=cfg), train_cfg,
                         (SpanProbe(every=self.probe_every, cfg=cfg),))]
+
+    def _planned(self, specs: list[RunSpec]) -> None:
+        cfg = specs[-1].model_cfg.spans  # the α run's
+        self._probe_label, self._trained_alphas = cfg.label(), cfg.alphas
 
     def _delta(self, histories: Mapping[str, History]) -> dict[str, Any] | None:
         """Steps where all three runs were evaluated, Δ val loss (%) of the α run against standard, and the

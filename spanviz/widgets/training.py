@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import html
 import io
+import logging
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -19,9 +20,13 @@ from spanviz.store.bundle import replay_note
 from spanviz.store.results import Found
 from spanviz.train import Trainer
 from spanviz.train.record import run_config
+from spanviz.widgets.eta import StepRate, time_left
 from spanviz.widgets.figure_widget import PlotlyFigure
 from spanviz.widgets.figures import FigureView, use_static
 from spanviz.widgets.specs import LOSS_VIEW, TRAIN_THREADS, History, LiveView, RunSpec, default_data, default_store
+
+
+logger = logging.getLogger(__name__)
 
 
 def _resolve_store(store: Any) -> Any:
@@ -49,6 +54,8 @@ class TrainingPanel:
         trainer_factory: ``fn(spec, data) -> trainer`` (default: ``spanviz.train.Trainer``).
         static: see :func:`use_static`. refresh_hz: live refresh rate (default 4 Hz).
         threads: torch intra-op threads while training (default :data:`TRAIN_THREADS`; None = leave torch's).
+        hint: ``fn() -> str``, asked when a Train trains live: a line for the status while it trains (e.g. that the
+            defaults would replay at once); "" for none.
 
     Buttons: **Train** starts afresh with the current settings (replaying what the store has); **Stop** ends the
     run after the current step; **Continue** (after Stop) trains the same runs on from where they stopped.
@@ -74,6 +81,7 @@ class TrainingPanel:
         refresh_hz: float = 4.0,
         threads: int | None = TRAIN_THREADS,
         keep_weights: bool = False,
+        hint: Callable[[], str] | None = None,
     ) -> None:
         self.specs, self.store, self.static = specs, _resolve_store(store), use_static(static)
         self.keep_weights = bool(keep_weights)
@@ -83,6 +91,8 @@ class TrainingPanel:
         self.live = list(live) if LOSS_VIEW in live else [LOSS_VIEW, *live]
         self.views = {v.name: FigureView(v.build({}), static=self.static, name=f"train/{v.name}") for v in self.live}
         self._held = False  # a live update was skipped: the page had not taken in the one before
+        self.hint, self._hint = hint, ""
+        self.rate = StepRate()  # the measured step rate behind "about N s left"
         self.runner = Runner(on_update=self._on_update, on_finish=self._on_finish, refresh_hz=refresh_hz,
                              threads=threads)
         start = W.Button(description="Train", icon="play", button_style="success", layout=W.Layout(width="110px"),
@@ -133,6 +143,10 @@ class TrainingPanel:
     def _store_config(self, spec: RunSpec) -> dict[str, Any]:
         """The results-store key of a run: ``spanviz.train.run_config`` (model, train, data, probes)."""
         return run_config(spec.model_cfg, spec.train_cfg, self.data(), spec.probes)
+
+    def stored(self, spec: RunSpec) -> bool:
+        """Whether Train would replay ``spec`` from the store (it has the run, possibly of other data)."""
+        return self.store is not None and self._lookup(spec) is not None
 
     def _lookup(self, spec: RunSpec) -> Any:
         """The store's answer for a spec: a :class:`~spanviz.store.Found` (``find``), a record (a store with
@@ -224,6 +238,8 @@ class TrainingPanel:
             raise
         self._running_controls()
         self.status.value = "starting…"
+        self._hint = self._ask_hint() if any(job.replay is None for job in jobs) else ""
+        self.rate.reset()
         self.runner.start(jobs, blocking=blocking)
         return self.runner
 
@@ -234,8 +250,16 @@ class TrainingPanel:
         self.error.value = ""
         self._running_controls()
         self.status.value = "continuing…"
+        self.rate.reset(self.runner.progress[0])
         self.runner.resume(blocking=blocking)
         return self.runner
+
+    def _ask_hint(self) -> str:
+        try:
+            return self.hint() if self.hint is not None else ""
+        except Exception:  # noqa: BLE001 - a missing hint must not keep a run from starting
+            logger.exception("the status hint failed")
+            return ""
 
     def _running_controls(self) -> None:
         c = self.controls
@@ -353,8 +377,14 @@ class TrainingPanel:
         parts = []
         if runner.steps_planned:
             n = len(planned)
+            done, total = runner.progress
             parts.append(f"{self._per_run()} steps per run ({n} run{'s' * (n > 1)}) · "
                          f"{runner.steps_per_s:.1f} steps/s")
+            if runner.running and done < total:
+                self.rate.add(done)
+                parts.append(time_left(self.rate.seconds_left(total - done)))
+                if self._hint:
+                    parts.append(self._hint)
         if runner.replayed:
             parts.append(self._replay_note())
         self.status.value = html.escape(" · ".join(parts))

@@ -266,9 +266,10 @@ class Lab:
 
     # ------------------------------------------------------------------------------------------ controls
     def slider(self, label: str) -> Locator:
-        """The ipywidgets slider whose description is exactly ``label`` (in the notebook in front)."""
+        """The ipywidgets slider whose description is exactly ``label`` (in the notebook in front), with or without
+        the " •" that marks a control moved off its default."""
         found = self.page.locator(f"{self.scope} .widget-slider").filter(
-            has=self.page.locator(".widget-label", has_text=re.compile(rf"^{re.escape(label)}$")))
+            has=self.page.locator(".widget-label", has_text=re.compile(rf"^{re.escape(label)}( •)?$")))
         assert found.count() >= 1, f"no slider labelled {label!r}"
         return found.first
 
@@ -289,7 +290,7 @@ class Lab:
     def select(self, label: str, value: str) -> None:
         """Pick ``value`` in the Dropdown labelled ``label``."""
         box = self.page.locator(f"{self.scope} .widget-dropdown").filter(
-            has=self.page.locator("label", has_text=re.compile(rf"^{re.escape(label)}$"))).first
+            has=self.page.locator("label", has_text=re.compile(rf"^{re.escape(label)}( •)?$"))).first
         box.locator("select").select_option(label=value)
 
     def toggle(self, text: str) -> None:

@@ -26,7 +26,6 @@ from labpage import Lab
 from test_notebooks_browser import CASES, check_clean, check_control
 
 REPO = Path(__file__).resolve().parents[2]
-CDN_FONTS = "https://cdn.jsdelivr.net/npm/@fortawesome/"  # Voilà's lab template links these; offline they fail
 
 
 def _free_port() -> int:
@@ -83,15 +82,9 @@ class VoilaPage(Lab):
 
     def __init__(self, context, server: dict) -> None:
         super().__init__(context, {"url": server["url"]})
-        self.outside: list[str] = []  # resources the page could not load from outside this machine
-        self.page.on("requestfailed", lambda r: self.outside.append(r.url) if r.url.startswith(CDN_FONTS) else None)
-
-    def _on_console(self, msg) -> None:
-        url = msg.location.get("url", "")
-        if msg.type == "error" and url.startswith(CDN_FONTS):
-            self.console.append(f"{msg.type}: {msg.text[:500]} @ {url} (allowed: offline CDN font)")
-            return
-        super()._on_console(msg)
+        self.outside: list[str] = []  # what the page asked of another machine (a CDN): offline, an error each
+        self.page.on("request", lambda r: None if r.url.startswith((self.url, "data:", "blob:"))
+                     else self.outside.append(r.url))
 
     def open(self, notebook: str) -> None:
         self.page.goto(f"{self.url}/voila/render/{notebook}")
@@ -131,6 +124,7 @@ def test_voila_view_draws_and_responds(notebook: str, voila: dict, browser, scre
         page.page.wait_for_timeout(1000)
         page.page.screenshot(path=str(screenshot_dir / f"voila-{Path(notebook).stem}.png"))
         check_clean(page, notebook)
+        assert page.outside == [], f"the Voilà page fetched from outside this machine: {page.outside}"
     except AssertionError as exc:
         shot_path = screenshot_dir / f"FAILED-voila-{Path(notebook).stem}.png"
         page.page.screenshot(path=str(shot_path))
@@ -139,4 +133,4 @@ def test_voila_view_draws_and_responds(notebook: str, voila: dict, browser, scre
     finally:
         page.close()
     print(f"voila {notebook}: every figure drawn {drawn:.0f} s after the page opened; {control.label} redrew "
-          f"{sorted(control.own)}; CDN font sheets not loadable offline: {len(page.outside)}")
+          f"{sorted(control.own)}")
