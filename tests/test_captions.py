@@ -118,6 +118,24 @@ def test_bounds_caption_numbers_are_the_bounds_vs_rank_figure():
         captions.bounds_caption(curves, sigma=sigma, d=64, d_head=16, delta=1e-3, n_keys=64))
 
 
+def test_bounds_caption_leads_with_a_one_line_takeaway_and_keeps_the_derivation_collapsed():
+    view = BoundsVsRank(64, 16, 64)
+    sigma = [row["sigma"] for row in view.rows(1e-3)]
+    for r, low in ((16, 1), (4, 4)):
+        html = captions.bounds_caption(view.curves(1e-3, 0, r), sigma=sigma, d=64, d_head=16, delta=1e-3, n_keys=64)
+        lead, rest = html.split("<details", 1)
+        assert "<details" not in rest and rest.count("</details>") == 1 and " open" not in rest.split(">", 1)[0]
+        takeaway, derivation = text(lead), text(rest.split("</summary>", 1)[1])
+        m = re.fullmatch(rf"In short: rank r = {low} instead of 16 makes the rank-aware bound only ×(\S+) as large, "
+                         r"not the ×(\S+) that √\(r/d_head\) would give: with fewer directions, γ grows and takes "
+                         r"back part of the gain\.", takeaway)
+        assert m, takeaway
+        # the takeaway's two ratios are the derivation's, which the figure draws (test above)
+        d = re.search(r"×(\S+) — not ×(\S+), the √\(r/d_head\)", derivation)
+        assert m.groups() == d.groups() and float(m.group(1)) > float(m.group(2))
+        assert "γ = " in derivation and "γ" not in takeaway.split("γ grows")[0]  # γ's numbers only in the details
+
+
 def test_panels_put_the_captions_under_their_figures():
     panel = widgets.FP8Panel(SMALL, static=False)
     assert "Rank r = 1 against r = d_head" in text(panel.bounds_caption.value)

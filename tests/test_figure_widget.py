@@ -61,6 +61,37 @@ def test_plotly_js_that_cannot_be_read_is_answered_with_the_reason(monkeypatch):
     assert msg["content"]["kind"] == PLOTLY_REQUEST and "no such file" in msg["content"]["error"] and not buffers
 
 
+def test_plotly_js_reaches_the_page_in_a_models_state_before_the_first_figure(monkeypatch):
+    """A figure's first drawing asks nothing of its kernel (which may be running the next cells): plotly.js comes in
+    the state of the kernel's one PlotlySource, whose model is created before the figure's."""
+    opened: list[str] = []
+    monkeypatch.setattr(figure_widget, "_page_plotly", [])
+    real_open = W.Widget.open
+    monkeypatch.setattr(W.Widget, "open", lambda self: (opened.append(type(self).__name__), real_open(self))[1])
+    fig = PlotlyFigure(go.Figure(go.Scatter(y=[1, 2])))
+    assert opened.index("PlotlySource") < opened.index("PlotlyFigure")
+    source = figure_widget.page_plotly()
+    state = source.get_state()
+    assert bytes(state["_source"]) == figure_widget.plotly_source() and state["_error"] == ""
+    assert state["_version"] == fig.get_state()["_plotly_version"] == get_plotlyjs_version()
+    assert "initialize" in state["_esm"]  # its module hands the source over when the model is created
+    PlotlyFigure()
+    assert figure_widget.page_plotly() is source  # one per kernel
+    source.close()
+    PlotlyFigure()
+    assert figure_widget.page_plotly() is not source and figure_widget.page_plotly().comm is not None
+
+
+def test_plotly_js_that_cannot_be_read_comes_with_the_reason_in_the_sources_state(monkeypatch):
+    def unreadable() -> bytes:
+        raise OSError("plotly.min.js: no such file")
+
+    monkeypatch.setattr(figure_widget, "_page_plotly", [])
+    monkeypatch.setattr(figure_widget, "plotly_source", unreadable)
+    state = figure_widget.page_plotly().get_state()
+    assert state["_source"] == b"" and "no such file" in state["_error"]
+
+
 def test_a_figure_is_behind_while_a_page_has_not_taken_in_its_newest_revision(monkeypatch):
     fig = PlotlyFigure(go.Figure(go.Scatter(y=[1, 2])))
     fig.show([{"type": "scatter", "y": [2, 3]}])

@@ -109,6 +109,62 @@ def test_every_template_is_used_by_a_block_or_is_a_bench_template():
     assert not orphans, f"templates no block uses: {orphans}"
 
 
+# ========================================================== statistics blocks: a takeaway, the numbers collapsed
+TAKEAWAYS = {"nb01_measured": "01_spans_and_violations", "nb02_measured": "02_local_global_heads",
+             "nb02_gpu": "02_local_global_heads", "nb03_measured": "03_fp8_logit_bounds"}
+DERIVED = {"nb02_measured": {"9", "10"}}  # "in 9 of 10 LS runs" (5 of 5 + 4 of 5), "about 9× smaller" (42.3 / 4.7)
+
+
+def takeaway_and_details(root: Path, template: str) -> tuple[str, str]:
+    notebook, i = notebook_cell(root / "notebooks" / f"{TAKEAWAYS[template]}.ipynb", template)
+    lead, details = block_text(notebook.cells[i].source, template).strip("\n").split("\n\n", 1)
+    return lead, details
+
+
+@pytest.mark.parametrize("template", sorted(TAKEAWAYS))
+def test_statistics_blocks_lead_with_a_one_line_takeaway_and_keep_the_numbers_in_a_collapsed_details(template):
+    from markdown_it import MarkdownIt
+
+    lead, details = takeaway_and_details(ROOT, template)
+    assert lead.startswith("**In short:** ") and "\n" not in lead and lead.endswith(".")  # one line, plain words
+    assert not re.search(r"\bp = |CI|t\(\d|Holm|±", lead), lead  # the statistics are below, not in the takeaway
+    assert details.startswith("<details><summary>") and details.endswith("\n\n</details>")  # closed: no `open`
+    assert re.search(r"p = |±", details) and details.count("<details>") == 1
+    # CommonMark (GitHub, JupyterLab's marked): the blank lines make the inside Markdown, bold and code included
+    html = MarkdownIt("commonmark").render(f"{lead}\n\n{details}\n")
+    assert html.startswith("<p><strong>In short:</strong> ") and "<details><summary>" in html
+    inside = html.split("</summary>", 1)[1]
+    assert "<strong>" in inside and "**" not in inside and inside.rstrip().endswith("</details>")
+    # every number the takeaway quotes is one the details print (as printed: signs and rounding)
+    numbers = set(re.findall(r"\d+(?:\.\d+)?", lead)) - DERIVED.get(template, set())
+    assert numbers and numbers <= set(re.findall(r"\d+(?:\.\d+)?", details)), numbers - set(
+        re.findall(r"\d+(?:\.\d+)?", details))
+    # ... and its words agree with the details' verdicts
+    said = {"nb01_measured": ("did not change the validation loss by more than the seed noise",
+                              "(significant at" not in details),
+            "nb02_measured": ("did not keep the largest attention logit lower", len(re.findall(
+                r"max logit is (?:again )?\*\*not shown to be lower \(within noise\)\*\*", details)) == 2),
+            "nb02_gpu": ("was not told apart from plain attention's", "not shown to grow less" in details),
+            "nb03_measured": ("(deterministic) never overflowed", "scale overflowed in 0 of" in details)}[template]
+    assert (said[0] in lead) == said[1], (lead, said)
+
+
+def test_a_changed_result_changes_the_takeaway_with_it(tmp_path):
+    root = copy_tree(tmp_path)
+    per_seed = root / "docs" / "results" / "spans_cpu.per_seed.json"
+    table = json.loads(per_seed.read_text())
+    for row in table:
+        if row["variant"] == "[1000]":
+            row["best_val_loss"] *= 0.97  # [1000] 3 % lower in every seed: past the seed noise
+    per_seed.write_text(json.dumps(table))
+    assert run("--root", str(root)).returncode == 0
+    lead, details = takeaway_and_details(root, "nb01_measured")
+    assert "**shown to be lower (significant at 5 % after Holm)**" in details
+    assert "changed the validation loss beyond the seed noise in 1 of 4 comparisons (1 lower, 0 higher)" in lead
+    cpu = re.search(r"\[1000\] ended (\d\.\d\d) % below standard", details).group(1)
+    assert f"— −{cpu} % on a CPU" in lead and "the paper's −0.56 % showed in 1 of them" in lead
+
+
 # ===================================================================== a hand edit or a changed result fails
 def test_a_number_edited_by_hand_fails_the_check_and_rendering_restores_it(tmp_path):
     root = copy_tree(tmp_path)

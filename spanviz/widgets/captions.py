@@ -32,6 +32,12 @@ def _p(text: str) -> str:
     return f"<div style='line-height:1.45; max-width:62em'>{text}</div>"
 
 
+def _details(summary: str, body: str) -> str:
+    """A collapsed ``<details>`` element: ``summary`` shown, ``body`` (the statistics) one click away."""
+    return (f"<details class='spanviz-caption-details' style='margin-top:2px'><summary style='cursor:pointer'>"
+            f"{summary}</summary>{body}</details>")
+
+
 def _e(text: Any) -> str:
     return html.escape(str(text))
 
@@ -286,6 +292,13 @@ def bounds_caption(curves: Mapping[str, Any], *, sigma: Sequence[float], d: int,
     # B_rank-aware ∝ σ · √min(γ r, d): the two factors of the ratio
     energy_j, energy_i = min(gamma[j] * d_head, d), min(gamma[i] * low, d)
     g_ratio = math.sqrt(energy_i / energy_j)
+    if total > ref + 0.005:
+        how = (f"only ×{total:.2f} as large, not the ×{ref:.2f} that √(r/d_head) would give: with fewer directions, γ "
+               "grows and takes back part of the gain.")
+    else:
+        than = "just" if total >= ref - 0.005 else "even less than"
+        how = f"×{total:.2f} as large, {than} the ×{ref:.2f} of √(r/d_head)."
+    takeaway = f"<b>In short:</b> rank r = {low} instead of {d_head} makes the rank-aware bound {how}"
     text = (f"<b>Rank r = {low} against r = d_head = {d_head}</b> (δ = {delta:g}): the rank-aware bound goes from "
             f"{aware[j]:.3g} to {aware[i]:.3g}, <b>×{total:.2f}</b> — not ×{ref:.2f}, the √(r/d_head) of the dotted "
             f"line. It goes like σ·√(γ·r), and γ is solved from δ and r — (r/2)(γ − 1 − ln γ) = ln(2N/δ), N = "
@@ -297,7 +310,7 @@ def bounds_caption(curves: Mapping[str, Any], *, sigma: Sequence[float], d: int,
     if gap < 5.0:
         text += (f" At r = {d_head} the rank-aware and rank-agnostic bounds are {gap:.1f} % apart (γ·r = "
                  f"{energy_j:.3g}, close to d = {d}): their lines nearly coincide there.")
-    return _p(text)
+    return _p(takeaway + _details("How that comes about: γ, σ and the two factors", text))
 
 
 # ---------------------------------------------------------------------------------------------- growth lab

@@ -9,11 +9,18 @@ a core) a figure whose import took longer than 2 s stays blank for good — empt
 ignores every later update. Each rebuilt figure is a new model and another chance to fail.
 
 :class:`PlotlyFigure` avoids both halves of that: its module is a few kilobytes (imported well inside the
-deadline), plotly.js travels once per page (the first view asks its kernel for it with a custom message: no
-other widget model is looked up, so nothing depends on anywidget's ``widget_manager``) and is evaluated once per
-page and version, and the figure is *state*, not a stream of edit messages: the traits ``_data`` and ``_layout`` always hold the
+deadline), plotly.js travels once per kernel in the state of one :class:`PlotlySource` widget (created just before
+the kernel's first figure, never displayed; no other widget model is looked up, so nothing depends on anywidget's
+``widget_manager``) and is evaluated once per page and version, and the figure is *state*, not a stream of edit
+messages: the traits ``_data`` and ``_layout`` always hold the
 whole figure, so a view draws the latest state whenever it comes to exist, and an update merged with another
-one (ipywidgets holds messages while it handles one from the browser) loses nothing. A new figure structure
+one (ipywidgets holds messages while it handles one from the browser) loses nothing.
+
+A figure's first drawing needs nothing from its kernel: its state and module come in the message that creates its
+model, plotly.js in the one that created the PlotlySource before it. A kernel running the notebook's next cells
+answers the page only once it is idle — when plotly.js was fetched with a custom message, no figure of a notebook
+was drawn before its last cell ended (issue 38). The custom message remains a fallback
+for a view that finds no PlotlySource of its version in the page within 3 s. A new figure structure
 (another preset, a replay) is a new state of the same widget, never a new widget.
 
 Arrays travel as binary buffers (numpy in, typed arrays out; NaN allowed, e.g. masked attention scores).
@@ -25,11 +32,12 @@ kernel that shows a spanviz figure, every widget output is preceded by a one-lin
 usual case: one the student saved), hides the stale error in its place.
 
 The front end is ``static/loader.js`` (the anywidget module: a few lines that import ``static/figure.js``, synced
-in ``_module``, once per page), ``figure.js`` and ``static/figure.css``. What the box shows besides the figure: a line
-while plotly.js loads; a one-line error when plotly.js, a redraw or the figure module fails (and, from the style
-sheet, when even the loader never ran); and a busy state
-from the moment a control of the same panel moves until the redraw is drawn, or until the kernel says the input is
-handled (:meth:`PlotlyFigure.settled`, which :class:`spanviz.widgets.Panel` calls after every control change).
+in ``_module``, once per page), ``figure.js``, ``static/figure.css`` and ``static/plotly_source.js``
+(PlotlySource's). What the box shows besides the figure: a line while plotly.js loads; a one-line error when
+plotly.js, a redraw or the figure module fails (and, from the style sheet, when even the loader never ran); and a
+busy state from the moment a control of the same panel moves until the redraw is drawn, or until the kernel says
+the input is handled (:meth:`PlotlyFigure.settled`, which :class:`spanviz.widgets.Panel` calls after every control
+change).
 
 Live updates have back-pressure: each view tells its kernel which revision the page has taken in, and a panel that
 streams training updates skips one while the page has not taken in the last (:meth:`PlotlyFigure.behind`). So
@@ -188,6 +196,35 @@ def plotly_source() -> bytes:
     return get_plotlyjs().encode("utf-8")
 
 
+class PlotlySource(anywidget.AnyWidget):
+    """plotly.js for the page, in the state of a widget that is never displayed (one per kernel: :func:`page_plotly`).
+
+    Its state (the source as one binary buffer, its version, or the reason it could not be read) arrives with the
+    message that creates its model; its module (``static/plotly_source.js``) hands the source to the page's figures
+    at once, so their first drawing waits for nothing from a busy kernel.
+    """
+
+    _esm = _STATIC / "plotly_source.js"
+    _version = T.Unicode().tag(sync=True)
+    _source = T.Bytes(b"").tag(sync=True)
+    _error = T.Unicode("").tag(sync=True)
+
+
+_page_plotly: list[PlotlySource] = []
+
+
+def page_plotly() -> PlotlySource:
+    """The kernel's :class:`PlotlySource`, created (with plotly.js read once) if there is none or it was closed."""
+    if not _page_plotly or _page_plotly[0].comm is None:
+        try:
+            source, error = plotly_source(), ""
+        except Exception as exc:  # noqa: BLE001 - the views show the reason inside their boxes
+            logger.warning("spanviz: plotly.js could not be read: %s", exc)
+            source, error = b"", f"plotly.js could not be read in the kernel: {exc}"
+        _page_plotly[:] = [PlotlySource(_version=get_plotlyjs_version(), _source=source, _error=error)]
+    return _page_plotly[0]
+
+
 def _arrays(value: Any) -> Any:
     """plotly's typed-array specs ``{"dtype", "bdata" (base64), "shape"}`` (what ``Figure.to_dict`` makes of
     numpy arrays) back to numpy arrays, anywhere in a nested structure."""
@@ -232,6 +269,7 @@ class PlotlyFigure(anywidget.AnyWidget):
 
     def __init__(self, fig: go.Figure | None = None, config: Mapping[str, Any] | None = None) -> None:
         data, layout = figure_state(fig if fig is not None else go.Figure())
+        page_plotly()  # plotly.js's model first: the page has it before this figure's model
         super().__init__(_data=data, _layout=layout,
                          _config=dict(config or {"responsive": True, "displaylogo": False}),
                          layout=W.Layout(width="100%"))

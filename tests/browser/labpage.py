@@ -187,10 +187,14 @@ class Lab:
         return self.page.eval_on_selector_all(f"{self.scope} .jp-CodeCell .jp-InputPrompt",
                                               "els => els.map(e => e.textContent.trim())")
 
-    def run_all(self, notebook: str, timeout: float = 600.0) -> None:
-        """Run > Run All Cells in the notebook in front; wait until every code cell has run."""
+    def start_run_all(self) -> None:
+        """Run > Run All Cells in the notebook in front, without waiting for the cells."""
         self.page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
         self.page.locator('.lm-Menu-item[data-command="runmenu:run-all"]').click()
+
+    def run_all(self, notebook: str, timeout: float = 600.0) -> None:
+        """Run > Run All Cells in the notebook in front; wait until every code cell has run."""
+        self.start_run_all()
 
         def finished() -> bool:
             prompts = self.prompts()

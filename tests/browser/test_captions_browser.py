@@ -279,7 +279,11 @@ def test_fp8_captions_quote_the_drawn_bounds_crossings_and_overflows(browser, re
             ya, yb = (next(t for t in traces if t["name"].startswith(f"bound: {x}"))["y"] for x in (a, b))
             assert all(math.isclose(u, v, rel_tol=1e-9) for u, v in zip(ya, yb))
 
-        bounds = page.caption("bounds")
+        # one line in plain words, the derivation collapsed under it: a click on its summary opens it
+        takeaway = page.caption("bounds")
+        assert takeaway.startswith("In short: rank r = ") and "γ = " not in takeaway, takeaway
+        lab.page.locator(f"{ACTIVE} .spanviz-caption-bounds summary").first.click()
+        bounds = lab.wait_until("the derivation opened", lambda: (t := page.caption("bounds")) != takeaway and t, 30)
         curves = page.traces(".spanviz-view-bounds")
         aware = next(t for t in curves if t["name"].startswith("rank-aware"))
         reference = next(t for t in curves if t["name"].startswith("√(r/d_head)"))

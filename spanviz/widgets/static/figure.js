@@ -7,11 +7,14 @@
 // (sent with the data), so an update that arrives before the view exists is never lost: the view draws the
 // latest state. `data-revision` on the plot element names the revision drawn last.
 //
-// plotly.js (4.8 MB) is not part of this module: the first view on the page asks its kernel for it with a custom
-// message and evaluates it once per page and version (`_plotly_version`). The anywidget module (loader.js) stays
-// tiny, so anywidget's model-initialisation deadline (2 s, after which it drops every message to the model) is met
-// even on a busy machine. See PlotlyFigure's docstring for why that matters. Only anywidget's stable model API is
-// used (get, on, off, send): no other widget model is looked up.
+// plotly.js (4.8 MB) is not part of this module: it comes once per kernel in the state of another widget,
+// PlotlySource (plotly_source.js), created just before the kernel's first figure, and is evaluated once per page and
+// version (`_plotly_version`). Nothing is asked of the kernel for a first drawing — a kernel running the notebook's
+// next cells answers only once it is idle, half a minute later. Only when no PlotlySource hands the source over
+// within ASK_KERNEL_AFTER_MS does the view ask its kernel with a custom message. The anywidget module (loader.js)
+// stays tiny, so anywidget's model-initialisation deadline (2 s, after which it drops every message to the model) is
+// met even on a busy machine. See PlotlyFigure's docstring for why that matters. Only anywidget's stable model API
+// is used (get, on, off, send): no other widget model is looked up.
 //
 // What a student sees besides the figure (figure.css styles it):
 // - one line inside the box while plotly.js loads, and an error line when plotly.js or a redraw fails (the
@@ -76,14 +79,38 @@ function requestSource(model) {
   });
 }
 
+// The page's plotly.js sources by version: {promise, resolve, reject}, filled by PlotlySource's module
+// (plotly_source.js, the same few lines) or by the kernel's answer, whichever comes first.
+const SOURCES = "__spanviz_plotly_sources__";
+const ASK_KERNEL_AFTER_MS = 3000;
+
+function slot(version) {
+  const slots = (window[SOURCES] = window[SOURCES] || {});
+  if (!slots[version]) {
+    const entry = {};
+    entry.promise = new Promise((resolve, reject) => Object.assign(entry, { resolve, reject }));
+    entry.promise.catch(() => {}); // a rejection is reported by the figure that awaits it
+    slots[version] = entry;
+  }
+  return slots[version];
+}
+
+function source(model, version) {
+  const from = slot(version);
+  const ask = setTimeout(() => requestSource(model).then(from.resolve, from.reject), ASK_KERNEL_AFTER_MS);
+  return from.promise.finally(() => clearTimeout(ask));
+}
+
 function plotly(model) {
   const version = model.get("_plotly_version");
   const cache = (window[CACHE] = window[CACHE] || {});
   if (!cache[version]) {
-    const loading = requestSource(model).then(loadScript);
+    const loading = source(model, version).then(loadScript);
     cache[version] = loading;
     loading.catch(() => {
-      if (cache[version] === loading) delete cache[version]; // the next view asks again
+      if (cache[version] !== loading) return;
+      delete cache[version]; // the next view asks its kernel again
+      delete window[SOURCES][version];
     });
   }
   return cache[version];
