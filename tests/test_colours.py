@@ -30,7 +30,10 @@ import plotly.graph_objects as go
 import pytest
 
 from spanviz import plots
+from spanviz.experiments.growth import LABELS, VARIANTS
 from spanviz.fp8.demos import BoundsVsRank
+from spanviz.plots.alphas import alpha_response_figure
+from spanviz.plots.growth import growth_curves_figure, lr_sweep_figure
 from spanviz.spans.demos import span_toy
 
 MIN_DELTA_E = 10.0
@@ -187,7 +190,29 @@ def figures() -> dict[str, go.Figure]:
             steps, observed, {"worst case": observed * 9, "rank-agnostic": observed * 3, "rank-aware": observed * 2},
             {s: 448 / observed / (k + 1) for k, s in enumerate(strategies)},
             {s: rng.integers(0, 5, n) for s in strategies}, spike=(80, 5, 30.0), max_step=300),
+        "LR sweep (growth lab)": lr_sweep_figure(lab_runs(), labels=LABELS),
+        "max logit at one LR (growth lab)": growth_curves_figure(lab_runs(), 0.1, labels=LABELS),
+        "α response": alpha_response_figure(*alpha_rows()),
     }
+
+
+def lab_runs() -> list[dict]:
+    rng = np.random.default_rng(2)
+    return [{"variant": v, "lr": lr, "seed": seed, "status": "finished", "final_val_loss": 5.8 + rng.random() / 10,
+             "peak_max_logit": 10 * (1 + k) * lr * 100 * (1 + rng.random()), "probe_step": list(range(0, 150, 10)),
+             "max_logit": list(np.cumsum(rng.random(15)) * (1 + k))}
+            for k, v in enumerate(VARIANTS) for lr in (0.01, 0.1) for seed in (0, 1)]  # fmt: skip
+
+
+def alpha_rows() -> tuple[list[dict], dict[int, float]]:
+    def row(variant, order, alpha, change):
+        return {"variant": variant, "order": order, "alpha": alpha, "rel_change_pct": change, "verdict": "within noise",
+                "rel_ci_low_pct": None if change is None else change - 0.5,
+                "rel_ci_high_pct": None if change is None else change + 0.5}
+
+    rows = [row("standard", None, 1.0, None), row("[1000]", None, None, -0.3), row("[0000]", None, None, 0.2)]
+    rows += [row(f"α{o}={a:g}", o, a, 0.1 * o - a / 10) for o in range(4) for a in (0.0, 2.0)]
+    return rows, {0: 0.1, 1: 0.2, 2: 0.35, 3: 0.35}
 
 
 FIGURES = figures()

@@ -184,7 +184,7 @@ def test_a_number_edited_by_hand_fails_the_check_and_rendering_restores_it(tmp_p
     assert out.returncode == 1, out.stdout + out.stderr
     assert "docs/gpu.md: block 'ls_gpu_table' differs" in out.stdout
     assert "-| QK-norm | 10.2 ± 2.0 |" in out.stdout and "+| QK-norm | 10.1 ± 2.0 |" in out.stdout
-    assert "notebooks/01_spans_and_violations.ipynb, cell 14: block 'nb01_measured' differs" in out.stdout
+    assert f"notebooks/01_spans_and_violations.ipynb, cell {i}: block 'nb01_measured' differs" in out.stdout
     assert out.stdout.count("differs from what docs/results/ gives") == 2  # nothing else is reported
     assert gpu.read_text() != original  # --check changes nothing
 

@@ -161,7 +161,7 @@ def growth_variants(
 
 def growth_sweep(
     size: str = "cpu",
-    seeds: int | Sequence[int] = 3,
+    seeds: int | Sequence[int] = 5,
     steps: int | None = None,
     data: Any = None,
     store: Any = None,

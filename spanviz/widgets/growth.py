@@ -21,7 +21,7 @@ from spanviz.widgets import captions
 from spanviz.widgets.figures import FigureView
 
 COMMAND = "spanviz sweep growth --out results/growth.json"
-"""What makes the lab's runs (about 30 min on 2 CPU cores; the shipped bundle has them)."""
+"""What makes the lab's runs (about 90 min on 2 CPU cores; the shipped bundle has them)."""
 
 
 def lab_records(store: Any = None, size: str = "cpu") -> list[RunRecord]:
@@ -60,7 +60,7 @@ class GrowthLab:
         if not self.runs:
             self.widget = W.HTML(f"<p><b>The logit-growth lab's runs are not in your results store.</b> Run the "
                                  f"bundle cell above (it ships them), or make them: <code>{COMMAND}</code> "
-                                 f"(about 30 minutes on 2 CPU cores).</p>")
+                                 f"(about 90 minutes on 2 CPU cores).</p>")
             return
         lrs = sorted({r["lr"] for r in self.runs})
         lr = self.default_lr(lrs) if lr is None else min(lrs, key=lambda x: abs(x - lr))
