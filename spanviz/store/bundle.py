@@ -16,8 +16,8 @@ BUNDLE = Path(__file__).resolve().parent.parent / "bundles" / "workshop-gpu.zip"
 
 def describe_runs(records: Iterable[RunRecord]) -> dict[str, Any]:
     """Where a set of runs came from: ``{"runs", "devices", "torch", "spanviz", "commits", "data", "first_utc",
-    "last_utc", "experiments"}`` — device names, torch and spanviz versions, git commits and the data they trained
-    on (``"<train split>/<eval split>"``), each sorted and distinct; the earliest and latest start time (UTC,
+    "last_utc", "experiments"}`` — device names (a GPU's name, "CPU (x86_64)" for a CPU run), torch and spanviz
+    versions, git commits and the data they trained on (``"<train split>/<eval split>"``), each sorted and distinct; the earliest and latest start time (UTC,
     ISO 8601); and the number of runs per experiment: ``"<experiment>/<size>"`` from a sweep's ``tags``, or
     "notebook defaults" for untagged runs (what the notebooks' panels store)."""
     records = list(records)
@@ -30,7 +30,7 @@ def describe_runs(records: Iterable[RunRecord]) -> dict[str, Any]:
         experiments[name] = experiments.get(name, 0) + 1
     return {
         "runs": len(records),
-        "devices": sorted({str(r.environment.get("device_name")) for r in records}),
+        "devices": sorted({_device_name(r.environment) for r in records}),
         "torch": sorted({str(r.environment.get("torch")) for r in records}),
         "spanviz": sorted({str(r.environment.get("spanviz")) for r in records}),
         "commits": sorted({str(r.environment.get("git_commit")) for r in records}),
@@ -45,6 +45,12 @@ def _splits(config: Mapping[str, Any]) -> str:
     data = config.get("data") if isinstance(config.get("data"), Mapping) else {}
     splits = data.get("splits") if isinstance(data.get("splits"), Mapping) else {}
     return f"{splits.get('train')}/{splits.get('eval')}"
+
+
+def _device_name(environment: Mapping[str, Any]) -> str:
+    """A GPU's name, or "CPU (<architecture>)" for a run on the CPU (whose ``device_name`` is the machine's)."""
+    name = str(environment.get("device_name"))
+    return f"CPU ({name})" if str(environment.get("device", "")).startswith("cpu") else name
 
 
 def _device(environment: Mapping[str, Any]) -> str:
