@@ -178,6 +178,8 @@ def test_another_learning_rate_control_picks_the_labs_nearest_point():
     lab.controls = {"lr": W.SelectionSlider(options=[("0.001", 1e-3), ("3", 3.0)], value=1e-3)}
     panel_lr = W.FloatLogSlider(value=1.0, base=10, min=-4, max=1, step=0.1)
     lab.follow(panel_lr)
-    assert lab.controls["lr"].value == 3.0  # 1.0 is nearer 3 than 0.001 in log scale
+    assert lab.controls["lr"].value == 1e-3  # the lab keeps its own first choice until the other control moves
+    panel_lr.value = 0.8
+    assert lab.controls["lr"].value == 3.0  # 0.8 is nearer 3 than 0.001 in log scale
     panel_lr.value = 0.01
     assert lab.controls["lr"].value == 1e-3

@@ -65,7 +65,7 @@ class GrowthLab:
         lrs = sorted({r["lr"] for r in self.runs})
         lr = self.default_lr(lrs) if lr is None else min(lrs, key=lambda x: abs(x - lr))
         self.controls["lr"] = W.SelectionSlider(options=[(f"{x:g}", x) for x in lrs], value=lr,
-                                                description="learning rate", style={"description_width": "initial"},
+                                                description="lab learning rate", style={"description_width": "initial"},
                                                 continuous_update=True, layout=W.Layout(width="420px"))
         self.views["sweep"] = FigureView(lr_sweep_figure(self.runs, labels=growth.LABELS, selected_lr=lr),
                                          static=static, name="growth-sweep")
@@ -83,7 +83,7 @@ class GrowthLab:
 
     def follow(self, slider: W.Widget) -> None:
         """Let another learning-rate control (e.g. the local/global panel's) pick the lab's nearest learning rate (in
-        log scale) whenever it moves, and now. Without runs nothing happens."""
+        log scale) whenever it moves (not now: the lab opens on its own choice). Without runs nothing happens."""
         if "lr" not in self.controls:
             return
         options = [value for _, value in self.controls["lr"].options]
@@ -92,7 +92,6 @@ class GrowthLab:
             self.controls["lr"].value = min(options, key=lambda x: abs(math.log(x / value)))
 
         slider.observe(lambda change: pick(change["new"]), names="value")
-        pick(slider.value)
 
     def select(self, lr: float) -> None:
         """Mark ``lr`` on the sweep figure and draw the max-logit curves of its runs below."""

@@ -63,7 +63,7 @@ CASES = {
         _c("toggle", "pattern P", {"attention"}),
     ], shot=".widget-vbox:has(> .spanviz-view-attention)",
         before_shot=_c("button", "Look at model", {"attention"})),  # the trained model, not the untrained one
-    "01_spans_and_violations.ipynb": Case(6, [
+    "01_spans_and_violations.ipynb": Case(7, [  # the α response (from the bundle) + the panel's six
         _c("slider", "α0", {"blocks", "toy"}, "ArrowLeft"),
         _c("slider", "α1", {"blocks", "toy"}),
         _c("slider", "α2", {"blocks"}),
@@ -72,11 +72,12 @@ CASES = {
         _c("select", "layer", {"blocks", "angles", "train-energy"}, "1"),
         _c("select", "preset", {"blocks"}, "qk4"),
     ], report=r"best val loss", busy_control=1),
-    "02_local_global_heads.ipynb": Case(5, [
+    "02_local_global_heads.ipynb": Case(7, [  # the growth lab's two (from the bundle) + five
+        _c("slider", "lab learning rate", {"growth-sweep", "growth-curves"}, "ArrowLeft"),
         _c("slider", "n_local (local heads)", {"masks"}, "ArrowLeft"),
         _c("slider", "window p", {"masks"}, "ArrowLeft", 12),
         _c("slider", "context T", {"masks"}),
-    ], busy_control=1),
+    ], busy_control=2),
     "03_fp8_logit_bounds.ipynb": Case(3, [
         _c("slider", "rank r", {"bounds"}, "ArrowLeft", 4),
         _c("slider", "δ", {"bounds"}),
