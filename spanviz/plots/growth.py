@@ -53,7 +53,8 @@ def cells(runs: Sequence[Mapping[str, Any]], metric: str) -> dict[str, dict[str,
             raise ValueError(f"runs[{i}] has no {missing[0]!r}; keys: {sorted(run)}")
         grouped.setdefault(run["variant"], {}).setdefault(float(run["lr"]), []).append(run)
     out = {}
-    for variant, by_lr in grouped.items():
+    order = list(STYLES)  # the known variants in their order (the legend's), others after them as they came
+    for variant, by_lr in sorted(grouped.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)):
         lrs = sorted(by_lr)
         values = [[r[metric] for r in by_lr[lr] if r["status"] == "finished" and r[metric] is not None] for lr in lrs]
         out[variant] = {
@@ -121,7 +122,7 @@ def lr_sweep_figure(runs: Sequence[Mapping[str, Any]], *, labels: Mapping[str, s
     fig.update_xaxes(type="log", title_text="peak learning rate (log scale)")
     fig.update_yaxes(type="log", title_text=METRIC_TITLES["peak_max_logit"] + " (log)", row=1, col=1)
     fig.update_yaxes(title_text=METRIC_TITLES["final_val_loss"] + " — lower is better", row=1, col=2)
-    fig.update_layout(height=420, margin={"t": 70}, legend={"orientation": "h", "y": -0.22},
+    fig.update_layout(height=420, margin={"t": 70}, legend={"orientation": "h", "y": -0.22, "traceorder": "normal"},
                       title={"text": title or "raise the learning rate: what happens to the logits and the loss"},
                       shapes=selected_lr_shapes(selected_lr))
     return fig
@@ -142,7 +143,8 @@ def growth_curves_data(runs: Sequence[Mapping[str, Any]], lr: float,
     (thin), and their mean (thick, in the legend)."""
     labels = labels or {}
     picked = [r for r in runs if np.isclose(float(r["lr"]), lr)]
-    variants = list(dict.fromkeys(r["variant"] for r in picked))
+    order = list(STYLES)
+    variants = sorted(dict.fromkeys(r["variant"] for r in picked), key=lambda v: order.index(v) if v in order else 99)
     traces: list[Trace] = []
     for i, variant in enumerate(variants):
         color, dash, symbol = style(variant, i)
@@ -172,6 +174,6 @@ def growth_curves_figure(runs: Sequence[Mapping[str, Any]], lr: float, *,
     """
     fig = go.Figure([go.Scatter(**t) for t in growth_curves_data(runs, lr, labels)])
     fig.update_layout(height=360, title={"text": f"the max logit during training at lr {lr:g}"},
-                      xaxis_title="update", yaxis={"type": "log", "title": "max logit (log)"},
-                      legend={"orientation": "h", "y": -0.25})
+                      xaxis_title="update", yaxis={"type": "log", "dtick": 1, "title": "max logit (log)"},
+                      legend={"orientation": "h", "y": -0.25, "traceorder": "normal"})
     return fig
