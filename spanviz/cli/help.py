@@ -19,8 +19,8 @@ SUMMARIES = {
                      "token ids; remember a local folder."),
     "train": ("TrainCommand", "Train a TinyGPT: run.json + checkpoint.pt in --out (checkpointed at every evaluation), "
               "record in the store."),
-    "sweep": ("SweepCommand", "Run a paper comparison (spans, ls or fp8) over seeds and print a table with the seed "
-              "noise."),
+    "sweep": ("SweepCommand", "Run a paper comparison (spans, ls, fp8) or a teaching sweep (growth, alphas) over "
+              "seeds; print the seed noise."),
     "runs": ("RunsCommand", "List, export or import the results store: runs that replay instantly, e.g. for a "
              "workshop."),
     "bench": ("BenchCommand", "Benchmarks: ratios measured within one run (the test suite never times anything)."),

@@ -43,7 +43,7 @@ EXPERIMENTS = {"spans": spans_experiment, "ls": ls_experiment, "fp8": fp8_experi
 
 @dataclass(frozen=True)
 class SweepCommand:
-    """Run a paper comparison (spans, ls, fp8) or the logit-growth lab (growth) over seeds; print the seed noise."""
+    """Run a paper comparison (spans, ls, fp8) or a teaching sweep (growth, alphas) over seeds; print the seed noise."""
 
     experiment: tyro.conf.Positional[Literal[tuple(EXPERIMENTS)]]
     """spans (arXiv 2512.13033), ls (arXiv 2505.15548), fp8 (arXiv 2602.18851), growth (a learning-rate sweep of
