@@ -14,7 +14,7 @@ import pytest
 from labpage import ACTIVE, Lab
 
 RENDERED = f"{ACTIVE} .jp-RenderedMarkdown details"
-BLOCKS = {"01_spans_and_violations.ipynb": 1, "02_local_global_heads.ipynb": 2, "03_fp8_logit_bounds.ipynb": 1}
+BLOCKS = {"01_spans_and_violations.ipynb": 2, "02_local_global_heads.ipynb": 3, "03_fp8_logit_bounds.ipynb": 1}
 
 # Each RENDERED <details> of the notebook in front: whether it is open, its summary, the paragraph before it, what of
 # its inside is on screen, and whether Markdown inside it was RENDERED.
