@@ -687,9 +687,8 @@ def test_parameter_count_and_memory_check_refuse_before_building(data, monkeypat
                {"spans": SpanConfig(alphas="1000")}):
         cfg = GPTConfig(vocab_size=100, context_length=16, n_layer=2, n_head=4, d_model=32, **kw)
         assert count_parameters(cfg) == TinyGPT(cfg).num_params(), kw
-    huge = GPTConfig(vocab_size=data.vocab_size, n_layer=10**9)
-    with pytest.raises(ValueError, match="n_layer=1000000000"):
-        Trainer(huge, train_cfg(), data)  # refused in milliseconds, nothing allocated
+    with pytest.raises(ValueError, match="n_layer"):  # refused in milliseconds, nothing allocated
+        Trainer(GPTConfig(vocab_size=data.vocab_size, n_layer=10**9), train_cfg(), data)
     monkeypatch.setattr("spanviz.train.config.available_memory", lambda device: 10**6)
     with pytest.raises(ValueError, match="GiB"):
         check_memory(model_cfg(data), train_cfg(), torch.device("cpu"))

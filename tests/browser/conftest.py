@@ -107,6 +107,21 @@ def spanviz_home(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return env
 
 
+@pytest.fixture
+def leave_the_store_as_found(spanviz_home: dict[str, str]) -> Iterator[None]:
+    """Remove what a test adds to the kernels' results store (a default run it trained, the bundle its notebooks
+    imported), so that a later test's Train with the defaults trains instead of replaying this test's run. The test
+    shuts its kernels down before this runs (``Lab.close``)."""
+    root = Path(spanviz_home["SPANVIZ_HOME"]) / "runs"
+    before = set(root.rglob("*")) if root.exists() else set()
+    yield
+    for path in sorted(set(root.rglob("*")) - before if root.exists() else (), reverse=True):
+        if path.is_file() or path.is_symlink():
+            path.unlink()
+        elif path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
+
+
 @pytest.fixture(scope="package")
 def lab(chromium: str, spanviz_home: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """The JupyterLab of the per-notebook tests: runs of :data:`STEPS` steps."""

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from conftest import STEPS
 from labpage import Lab
 
@@ -54,6 +56,7 @@ def at_default(lab: Lab, slider: str, value: str, what: str) -> None:
     wait_state(lab, slider, {"readout": value, "label": slider, "summary": "", "reset enabled": False}, what)
 
 
+@pytest.mark.usefixtures("leave_the_store_as_found")
 def test_a_nudge_and_back_keeps_the_default_and_reset_and_time_left(lab: dict, browser, screenshot_dir: Path) -> None:
     page = Lab(browser, lab)
     try:
