@@ -120,4 +120,15 @@ def matches(row: Mapping[str, Any], *, origin: str | None = None, device: str | 
     return True
 
 
-__all__ = ["ORIGINS", "matches", "run_label", "run_row", "shipped_runs"]
+def sweep_records(store: Any, experiment: str, size: str) -> list[RunRecord]:
+    """The runs of one sweep in a results store — ``config["tags"] == {"experiment": experiment, "size": size}`` — with
+    one record per (variant, seed), the last the store lists (e.g. the runs of notebook 02's growth lab)."""
+    tags = {"experiment": experiment, "size": size}
+    newest: dict[tuple[Any, Any], RunRecord] = {}
+    for _, record in store.records():
+        if record.config.get("tags") == tags:
+            newest[(record.config.get("variant"), record.config.get("seed"))] = record
+    return list(newest.values())
+
+
+__all__ = ["ORIGINS", "matches", "run_label", "run_row", "shipped_runs", "sweep_records"]

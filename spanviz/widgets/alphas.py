@@ -14,6 +14,7 @@ import ipywidgets as W
 from spanviz.experiments import alphas
 from spanviz.plots.alphas import alpha_response_figure
 from spanviz.store import ResultsStore
+from spanviz.store.listing import sweep_records
 from spanviz.train import RunRecord
 from spanviz.widgets import captions
 from spanviz.widgets.figures import FigureView
@@ -23,14 +24,9 @@ COMMAND = "spanviz sweep alphas --out results/alphas.json"
 
 
 def response_records(store: Any = None, size: str = "cpu") -> list[RunRecord]:
-    """The α-response runs in a results store (default ``$SPANVIZ_HOME/runs``): for each (variant, seed) the
-    newest record."""
-    store = ResultsStore() if store is None else store
-    newest: dict[tuple[Any, Any], RunRecord] = {}
-    for _, record in store.records():
-        if record.config.get("tags") == {"experiment": "alphas", "size": size}:
-            newest[(record.config.get("variant"), record.config.get("seed"))] = record
-    return list(newest.values())
+    """The α-response runs in a results store (default ``$SPANVIZ_HOME/runs``), one per (variant,
+    seed): :func:`~spanviz.store.listing.sweep_records`."""
+    return sweep_records(ResultsStore() if store is None else store, "alphas", size)
 
 
 class AlphaResponse:

@@ -16,6 +16,7 @@ import ipywidgets as W
 from spanviz.experiments import growth
 from spanviz.plots.growth import growth_curves_data, growth_curves_figure, lr_sweep_figure, selected_lr_shapes
 from spanviz.store import ResultsStore
+from spanviz.store.listing import sweep_records
 from spanviz.train import RunRecord
 from spanviz.widgets import captions
 from spanviz.widgets.figures import FigureView
@@ -25,15 +26,9 @@ COMMAND = "spanviz sweep growth --out results/growth.json"
 
 
 def lab_records(store: Any = None, size: str = "cpu") -> list[RunRecord]:
-    """The lab's runs in a results store (default: ``$SPANVIZ_HOME/runs``), in the store's order; for each (variant,
-    learning rate, seed) the newest record."""
-    store = ResultsStore() if store is None else store
-    newest: dict[tuple[Any, ...], RunRecord] = {}
-    for _, record in store.records():
-        if record.config.get("tags") == {"experiment": "growth", "size": size}:
-            cell = growth.cell_of(record)
-            newest[(cell["variant"], cell["lr"], record.config.get("seed"))] = record
-    return list(newest.values())
+    """The lab's runs in a results store (default ``$SPANVIZ_HOME/runs``), one per (variant,
+    seed): :func:`~spanviz.store.listing.sweep_records`."""
+    return sweep_records(ResultsStore() if store is None else store, "growth", size)
 
 
 class GrowthLab:
