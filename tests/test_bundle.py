@@ -118,6 +118,7 @@ def test_shipped_bundle_replays_every_notebook_default_without_training(data, tm
         environments = [training.found[label].record.environment for label in training.replayed]
         devices = {env["device_name"] if env["device"].startswith("cuda") else "CPU" for env in environments}
         assert status.startswith("replayed from the store: ") and all(d in status for d in devices), status
+        assert "from the shipped workshop bundle" in status, status  # provenance: where the replayed runs came from
         other_data = "trained on the validation split, evaluated on test — your data: train, validation"
         assert (other_data in status) == (data != "offline"), status
         if path.name.startswith("00"):

@@ -630,6 +630,14 @@ def test_runs_list_tells_shipped_runs_from_local_ones_and_filters(tmp_path, caps
     assert "exported 1 runs matching --origin local" in capsys.readouterr().out
     assert main(["runs", "import", str(tmp_path / "mine.zip"), *argv, "--origin", "local"]) == 2  # no filter there
     assert BUNDLE.is_file()
+    # A student's store after importing the instructor's file: that run is "imported", the bundle's "bundle".
+    student = ["--store", str(tmp_path / "student")]
+    assert main(["runs", "import", str(tmp_path / "mine.zip"), *student]) == 0
+    capsys.readouterr()
+    assert main(["runs", "list", *student]) == 0
+    out = capsys.readouterr().out
+    assert next(line for line in out.splitlines() if line.startswith(mine[:12])).split()[1] == "imported"
+    assert "(0 trained here, 1 imported, 0 from the shipped workshop bundle)" in out
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])

@@ -94,6 +94,39 @@ def test_find_answers_the_exact_run_else_one_of_other_data_and_says_what_differs
     assert "on a CPU" in replay_note({"tiny GPT": mine}) and "your data" not in replay_note({"tiny GPT": mine})
 
 
+def test_the_note_says_which_run_ran_where_and_which_archive_it_came_from(tmp_path):
+    """A student's status line after `runs import class.zip`: each replayed run's device and the archive it came
+    from, named run by run when they differ; the shipped bundle is named as such; a run trained here names only
+    its device. The import leaves the run's key and its fingerprint (config, start time) as they were."""
+    from spanviz.store import BUNDLE
+    from spanviz.store.listing import run_origin, shipped_runs
+
+    teacher = ResultsStore(tmp_path / "teacher")
+    on_gpu = make_record(make_config(OFFLINE, ("aa", "bb")))
+    on_cpu = make_record(make_config(OFFLINE, ("aa", "bb"), d_model=128), device="cpu", name="x86_64")
+    keys = [teacher.put(on_gpu), teacher.put(on_cpu)]
+    archive = teacher.export(tmp_path / "class.zip")
+    student = ResultsStore(tmp_path / "student")
+    assert sorted(student.import_(archive)) == sorted(keys)
+    a, b = student.find(on_gpu.config), student.find(on_cpu.config)
+    assert a.key == keys[0] and a.record.environment["started_utc"] == on_gpu.environment["started_utc"]
+    assert a.record.environment["imported_from"] == "class.zip"
+    assert replay_note({"a": a}) == ("replayed from the store: a (3 steps, on NVIDIA H100 80GB HBM3, imported from "
+                                     "class.zip)")
+    assert replay_note({"a": a, "b": b}) == (
+        "replayed from the store: a, b (3 steps each; a on NVIDIA H100 80GB HBM3, imported from class.zip; "
+        "b on a CPU, imported from class.zip)")
+    assert [run_origin(f.record, shipped_runs()) for f in (a, b)] == ["imported", "imported"]
+    assert run_origin(teacher.find(on_gpu.config).record, shipped_runs()) == "local"
+    assert replay_note({"a": teacher.find(on_cpu.config)}) == "replayed from the store: a (3 steps, on a CPU)"
+
+    shipped = ResultsStore(tmp_path / "shipped")
+    key = shipped.import_(BUNDLE)[0]
+    record = shipped.load(key)
+    assert run_origin(record, shipped_runs()) == "bundle"
+    assert "from the shipped workshop bundle)" in replay_note({"x": shipped.find(record.config)})
+
+
 def test_find_prefers_the_same_splits_and_indexes_runs_stored_before_the_index(tmp_path):
     store = ResultsStore(tmp_path)
     same_splits = make_record(make_config(ONLINE, ("dd", "ee")), started="2026-01-01T00:00:00+00:00")

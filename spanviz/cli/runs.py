@@ -29,9 +29,9 @@ class RunsCommand:
     """the store folder (default: $SPANVIZ_HOME/runs)."""
     overwrite: bool = False
     """import: replace runs already in the store."""
-    origin: Literal["bundle", "local"] | None = None
-    """list/export only the runs of the workshop bundle shipped with spanviz (bundle), or only the others (local:
-    trained here or imported)."""
+    origin: Literal["bundle", "imported", "local"] | None = None
+    """list/export only the runs of the workshop bundle shipped with spanviz (bundle), those imported from another
+    archive (imported), or those trained with this store (local)."""
     device: str | None = None
     """list/export only the runs whose device contains this text, any case (cpu, cuda, H100)."""
     experiment: str | None = None
@@ -73,9 +73,9 @@ def cmd_runs(cmd: RunsCommand) -> int:
             print(format_table(rows, float_format=".4f"))
         for _, why in bad:
             print(f"warning: skipped a damaged entry: {printable(why, 300)}", file=sys.stderr)
-        counts = {o: sum(r["origin"] == o for r in rows) for o in ("bundle", "local")}
-        print(f"{len(rows)} runs{_describe(filters)} in {store.root} ({counts['local']} local, {counts['bundle']} "
-              "from the shipped workshop bundle)" + (f"; {len(good) - len(rows)} others" if filters else "")
+        counts = {o: sum(r["origin"] == o for r in rows) for o in ("bundle", "imported", "local")}
+        print(f"{len(rows)} runs{_describe(filters)} in {store.root} ({counts['local']} trained here, "
+              f"{counts['imported']} imported, {counts['bundle']} from the shipped workshop bundle)" + (f"; {len(good) - len(rows)} others" if filters else "")
               + (f"; {len(bad)} damaged, skipped" if bad else ""))
         return 0
     if cmd.file is None:

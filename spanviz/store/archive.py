@@ -57,7 +57,7 @@ MAX_INT_DIGITS = 19
 READ_CHUNK = 2**20
 """Bytes read (and counted) at a time from an archive member."""
 ENVIRONMENT_TEXT = ("python", "platform", "torch", "spanviz", "git_commit", "source_sha256", "device", "device_name",
-                    "started_utc")
+                    "started_utc", "imported_from", "imported_utc")
 """``environment`` entries that must be strings when present (the bundle's provenance reads them)."""
 
 

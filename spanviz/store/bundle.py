@@ -9,6 +9,7 @@ from typing import Any
 
 from spanviz.store.results import Found, ResultsStore
 from spanviz.train import RunRecord
+from spanviz.validators import printable
 
 BUNDLE = Path(__file__).resolve().parent.parent / "bundles" / "workshop-gpu.zip"
 """The workshop bundle shipped with spanviz: runs precomputed on a GPU (see ``docs/gpu.md``)."""
@@ -59,17 +60,30 @@ def _device(environment: Mapping[str, Any]) -> str:
         kind, kind)
 
 
+def _where(environment: Mapping[str, Any]) -> str:
+    """Where a stored run was trained and how it reached this store: ``"on a CPU, from the shipped workshop
+    bundle"``, ``"on NVIDIA H100 80GB HBM3, imported from class.zip"``, or ``"on a CPU"`` (trained here)."""
+    where = f"on {printable(_device(environment), 80)}"
+    source = environment.get("imported_from")
+    if isinstance(source, str) and source:
+        where += (", from the shipped workshop bundle" if source == BUNDLE.name
+                  else f", imported from {printable(source, 80)}")
+    return where
+
+
 def replay_note(found: Mapping[str, Found]) -> str:
-    """What a panel replayed, in one line: the runs, their steps and devices, and — when it differs from the data
-    the student has — which data they were trained on. ``found``: label → :meth:`ResultsStore.find`'s answer.
+    """What a panel replayed, in one line: the runs, their steps, where each was trained and how it came into the
+    store (the shipped bundle, an imported archive by name), and — when it differs from the data the student has —
+    which data they were trained on. ``found``: label → :meth:`ResultsStore.find`'s answer.
 
     Where the run's vocabulary is not yours (:attr:`Found.same_vocabulary` false) the note says so, and — once
     :meth:`ResultsStore.run_vocabulary` has decided (``found.vocabulary``) — whether its model is shown with its own
     words, rebuilt here, or not shown.
 
-    Example: ``"replayed from the store: tiny GPT (300 steps, on NVIDIA H100 80GB HBM3; trained on the validation
-    split, evaluated on test — your data: train, validation; with another vocabulary than yours: its model reads
-    its own, rebuilt here from the validation split)"``.
+    Example: ``"replayed from the store: tiny GPT (300 steps, on NVIDIA H100 80GB HBM3, imported from class.zip;
+    trained on the validation split, evaluated on test — your data: train, validation; with another vocabulary than
+    yours: its model reads its own, rebuilt here from the validation split)"``; runs made in different places are
+    named one by one: ``"a, b (3 steps each; a on a CPU; b on NVIDIA H100 80GB HBM3, imported from class.zip)"``.
     """
     if not found:
         return ""
@@ -78,8 +92,11 @@ def replay_note(found: Mapping[str, Found]) -> str:
         steps = f"{next(iter(rows.values()))} steps{' each' * (len(rows) > 1)}"
     else:
         steps = ", ".join(f"{label} {n} steps" for label, n in rows.items())
-    devices = list(dict.fromkeys(_device(f.record.environment) for f in found.values()))
-    parts = [f"{steps}, on {' and '.join(devices)}"]
+    wheres = {label: _where(f.record.environment) for label, f in found.items()}
+    if len(set(wheres.values())) == 1:
+        parts = [f"{steps}, {next(iter(wheres.values()))}"]
+    else:  # which run ran where
+        parts = [steps, *(f"{label} {where}" for label, where in wheres.items())]
     for f in found.values():
         if f.exact or not f.differences:
             continue

@@ -1,6 +1,6 @@
 """What ``spanviz runs list`` shows of each stored run, and its filters: one row per run — label, experiment, seed,
-steps, device, origin (the shipped workshop bundle, or local: trained here or imported) — so an instructor can
-tell their own runs from the shipped ones.
+steps, device, origin (the shipped workshop bundle, imported from another archive, or trained here) — so an
+instructor can tell their own runs from the shipped ones, and a student the instructor's.
 """
 
 from __future__ import annotations
@@ -14,14 +14,22 @@ from spanviz.store.bundle import BUNDLE
 from spanviz.store.keys import config_key
 from spanviz.train import RunRecord
 
-ORIGINS = ("bundle", "local")
-"""``bundle``: a run of the workshop bundle shipped with spanviz (:data:`~spanviz.store.BUNDLE`); ``local``: any
-other run in the store (trained on this machine, or imported with ``spanviz runs import``)."""
+ORIGINS = ("bundle", "imported", "local")
+"""``bundle``: a run of the workshop bundle shipped with spanviz (:data:`~spanviz.store.BUNDLE`); ``imported``: a
+run imported from another archive (``spanviz runs import FILE``: its record names the file); ``local``: a run
+trained with this store."""
 
 
 def _fingerprint(record: RunRecord) -> tuple[str, str]:
     """The same run, wherever it is stored: its configuration key and its start time."""
     return config_key(record.config), str(record.environment.get("started_utc"))
+
+
+def run_origin(record: RunRecord, shipped: set[tuple[str, str]]) -> str:
+    """One of :data:`ORIGINS` for a stored run; ``shipped``: :func:`shipped_runs`."""
+    if _fingerprint(record) in shipped:
+        return "bundle"
+    return "imported" if record.environment.get("imported_from") else "local"
 
 
 def shipped_runs(path: str | os.PathLike[str] | None = None) -> set[tuple[str, str]]:
@@ -85,7 +93,7 @@ def run_row(key: str, record: RunRecord, shipped: set[tuple[str, str]]) -> dict[
         device = f"{device} {env['device_name']}"
     return {
         "key": key[:12],
-        "origin": "bundle" if _fingerprint(record) in shipped else "local",
+        "origin": run_origin(record, shipped),
         "experiment": experiment,
         "label": run_label(config),
         "seed": config.get("seed", train.get("seed")),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -298,6 +299,8 @@ class ResultsStore(ReplayLookup):
         imported; weights that fail are rejected and their run is imported without them. Each run is read,
         checked and written before the next one is read, so memory holds one run at a time. A run already in the
         store is kept (unless ``overwrite``) when its entry is readable; a damaged entry is replaced.
+        Each run written records where it came from: ``environment.imported_from`` (the archive's file name) and
+        ``environment.imported_utc``.
 
         Args:
             path: the zip file. overwrite: replace runs already in this store (default: keep them).
@@ -325,6 +328,10 @@ class ResultsStore(ReplayLookup):
                         packed = archived_weights(archive, key, record.config.get("model"))
                     except ValueError as error:  # its run is imported without them
                         report.rejected.append((f"{WEIGHTS}/{key}.pt", str(error)))
+                # Where the run came from, for `runs list` and the panels' status line (the key and the
+                # fingerprint of a shipped run — config and start time — do not change).
+                record.environment = {**record.environment, "imported_from": Path(path).name[:200],
+                                      "imported_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
                 self._write(key, record, record_payload(record, f"runs/{key}.json"), packed)
                 report.written.append(key)
         return report
