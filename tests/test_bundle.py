@@ -142,15 +142,18 @@ def check_the_tour_looks_at_the_trained_model(namespace: dict, data: str, wikite
     assert found.vocabulary.state == ("yours" if data == "offline" else "rebuilt"), found.vocabulary
     assert ("its model reads its own, rebuilt here from the validation split" in status) == (data != "offline")
     assert "not shown" not in status, status
-    assert "replayed from the store" in namespace["shown"], namespace["shown"]
+    inspector = namespace["inspector"]
+    assert "replayed from the store" in inspector.shown, inspector.shown
     model, vocab = panel.replayed_model("tiny GPT"), panel.replayed_tokenizer("tiny GPT")
     theirs = prepare_tokens(wikitext_dir, splits={"train": "validation", "eval": "test"}, max_vocab=8192)
     assert vocab.itos == theirs.tokenizer.itos and (vocab is mine.tokenizer) == (data == "offline")
     # What the heatmaps were fed and labelled with: the window of your evaluation split, in the model's vocabulary.
     window = mine.eval_ids[: namespace["cfg"].context_length]
-    assert namespace["x"][0].tolist() == translate_ids(window, mine.tokenizer, vocab).tolist()
-    assert namespace["tokens"] == [vocab.decode([i]) for i in namespace["x"][0].tolist()]
-    assert (namespace["x"][0].tolist() == window.tolist()) == (data == "offline")  # your ids are other words to it
+    assert inspector.x[0].tolist() == translate_ids(window, mine.tokenizer, vocab).tolist()
+    assert inspector.tokens == [vocab.decode([i]) for i in inspector.x[0].tolist()]
+    shown = inspector.view.figure.data[0]  # the words on the axes are the ones the model reads
+    assert list(shown.x) == [f"{i}: {t}" for i, t in enumerate(inspector.tokens[: len(shown.x)])]
+    assert (inspector.x[0].tolist() == window.tolist()) == (data == "offline")  # your ids are other words to it
     record = found.record
     trainer = Trainer(namespace["cfg"], namespace["train_cfg"], theirs)  # built, never stepped
     untrained = trainer.evaluate()
@@ -163,10 +166,10 @@ def check_the_tour_looks_at_the_trained_model(namespace: dict, data: str, wikite
         misread = Trainer(namespace["cfg"], namespace["train_cfg"], mine)  # worse than on unseen text in its own
         misread.model.load_state_dict(model.state_dict())  # vocabulary
         assert misread.evaluate() > loss, (misread.evaluate(), loss)
-    namespace["untrained"].value = True  # the comparison the tour suggests
-    assert namespace["shown"] == "an untrained model"
-    assert namespace["x"][0].tolist() == window.tolist()  # an untrained model of your vocabulary reads your ids
-    scores = namespace["views"]["logits S", 0]
+    inspector.controls["untrained"].value = True  # the comparison the tour suggests
+    assert inspector.shown == "an untrained model"
+    assert inspector.x[0].tolist() == window.tolist()  # an untrained model of your vocabulary reads your ids
+    scores = inspector.views["logits S", 0]
     assert float(torch.tensor(scores).nan_to_num().abs().max()) < 1.0  # logits all close to 0 before training
 
 
@@ -207,7 +210,7 @@ def check_the_tour_samples_from_the_trained_model(namespace: dict, data: str, wi
 
     samples = namespace["samples"]
     [(heading, (model, tokenizer))] = samples.models.items()
-    assert heading == "the final model of the replayed run"
+    assert heading == "the final model of the run replayed from the store (see the status line)"
     replayed = namespace["panel"].replayed_model("tiny GPT").state_dict()
     assert all(torch.equal(tensor, replayed[name]) for name, tensor in model.state_dict().items())
     trained_on = prepare_tokens(wikitext_dir, splits={"train": "validation", "eval": "test"}, max_vocab=8192)

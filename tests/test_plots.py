@@ -267,8 +267,18 @@ def test_attention_heads_figure_tokens_on_axes_and_nan_kept():
     assert len(fig.data) == 4 and fig.layout.height >= 700  # 2 × 2 grid, large cells
     assert list(fig.data[0].x) == ["0: the", "1: cat", "2: the"]  # repeated tokens stay apart
     assert np.isnan(fig.data[0].z[0][2])
-    with pytest.raises(ValueError, match="T=3"):
+    with pytest.raises(ValueError, match="n=3"):
         plots.attention_heads_figure(values, tokens=["a"])
+    # A readable window is labelled on every head's axes, counted from its first position; a long one only on hover.
+    assert all(fig.layout[f"{axis}{k}"].showticklabels for axis in ("xaxis", "yaxis") for k in ("", "2", "3", "4"))
+    assert "hover" not in fig.layout.title.subtitle.text
+    window = plots.attention_heads_figure(values, tokens=["a", "b", "c"], first=24)
+    assert list(window.data[3].y) == ["24: a", "25: b", "26: c"]
+    long = np.zeros((2, 40, 40))
+    wide = plots.attention_heads_figure(long, tokens=[f"w{i}" for i in range(40)])
+    assert not wide.layout.xaxis.showticklabels and "hover for the tokens" in wide.layout.title.subtitle.text
+    with pytest.raises(ValueError, match="first"):
+        plots.attention_heads_figure(values, first=-1)
 
 
 def test_relative_change_band_and_lines():

@@ -675,3 +675,42 @@ def replace_steps(cfg: TrainConfig, steps: int) -> TrainConfig:
     from dataclasses import replace
 
     return replace(cfg, steps=steps)
+
+
+def test_a_panel_made_again_while_its_runs_train_follows_them_instead_of_starting_them_twice():
+    """The tab was closed while training and opened again; its cells run again (Run All). The new panel says that
+    runs are still training in this kernel; its Train follows them (the same runner, no second trainer made) and
+    draws them to the end; a panel of other settings trains on its own."""
+    made: list[str] = []
+    gate = threading.Event()
+
+    class GatedTrainer(FakeTrainer):
+        def step(self, n: int = 1) -> list[dict]:
+            gate.wait(timeout=60)  # the first page's runs go on until the new panel is there
+            return super().step(n)
+
+    def panel(steps: int) -> widgets.TrainingPanel:
+        specs = lambda: [widgets.RunSpec("a", SMALL, SimpleNamespace(steps=steps)),  # noqa: E731
+                         widgets.RunSpec("b", SMALL, SimpleNamespace(steps=steps))]
+        return widgets.TrainingPanel(specs, data=FakeData(), static=False,
+                                     trainer_factory=lambda spec, data: made.append(spec.label) or GatedTrainer(steps))
+
+    first = panel(7)
+    runner = first.train(blocking=False)
+    try:
+        assert runner.running
+        again = panel(7)
+        assert "still training in this kernel" in again.status.value and "a 0/7 steps" in again.status.value
+        assert again.train(blocking=False) is runner and again.following and again.runner is runner
+        assert "following the runs already training" in again.status.value
+        assert again.controls["stop"].disabled is False and again.controls["start"].disabled is True
+        other = panel(5)  # other settings: not the same runs
+        assert other.train(blocking=False) is not runner
+    finally:
+        gate.set()
+    other.runner._thread.join(timeout=60)
+    runner._thread.join(timeout=60)
+    assert runner.state == "done" and sorted(made) == ["a", "a", "b", "b"]  # 7-step runs made once, 5-step once
+    drawn = again.views["loss"].figure
+    assert max(max(t.x) for t in drawn.data if t.x is not None and len(t.x)) == 6  # drawn to the last step (0-based)
+    assert again.status.value.startswith("done: 7/7 steps per run")

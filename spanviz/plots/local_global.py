@@ -131,19 +131,26 @@ def head_masks_figure(
     return fig
 
 
-def attention_heads_data(values: Any, tokens: Sequence[str] | None = None) -> list[Trace]:
-    """Traces of :func:`attention_heads_figure`: one heatmap per head, hover naming the tokens."""
+LABELLED_POSITIONS = 32
+"""Most positions whose tokens :func:`attention_heads_figure` writes on its axes (more are too small to read: then
+hover names them)."""
+
+
+def attention_heads_data(values: Any, tokens: Sequence[str] | None = None, first: int = 0) -> list[Trace]:
+    """Traces of :func:`attention_heads_figure`: one heatmap per head, its rows and columns named "i: token"."""
     v = as_array(values)
     if v.ndim != 3 or v.shape[1] != v.shape[2]:
-        raise ValueError(f"values must have shape (H, T, T), got {v.shape}")
-    T = v.shape[1]
-    if tokens is not None and len(tokens) != T:
-        raise ValueError(f"tokens must have T={T} entries, got {len(tokens)}")
+        raise ValueError(f"values must have shape (H, n, n), got {v.shape}")
+    n = v.shape[1]
+    if tokens is not None and len(tokens) != n:
+        raise ValueError(f"tokens must have n={n} entries (one per position shown), got {len(tokens)}")
+    if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+        raise ValueError(f"first must be a position >= 0 (an int), got {first!r}")
     traces = []
     for h in range(v.shape[0]):
         trace: Trace = {"type": "heatmap", "z": v[h], "coloraxis": "coloraxis", "name": f"head {h}"}
         if tokens is not None:
-            trace["x"] = trace["y"] = [f"{i}: {t}" for i, t in enumerate(tokens)]
+            trace["x"] = trace["y"] = [f"{first + i}: {t}" for i, t in enumerate(tokens)]
             trace["hovertemplate"] = "query %{y}<br>key %{x}<br>%{z:.3f}<extra>" + f"head {h}</extra>"
         traces.append(trace)
     return traces
@@ -151,37 +158,41 @@ def attention_heads_data(values: Any, tokens: Sequence[str] | None = None) -> li
 
 def attention_heads_figure(
     values: Any, tokens: Sequence[str] | None = None, n_cols: int = 2, title: str | None = None,
-    colorbar_title: str = "",
+    colorbar_title: str = "", first: int = 0,
 ) -> go.Figure:
     """Attention logits or patterns of every head, large enough to read, the tokens on the axes.
 
     Args:
-        values: (H, T, T) per head (rows: query i, columns: key j), e.g. S = QKᵀ/√d_head or P = softmax(S + M);
-            NaN is drawn blank (e.g. the masked upper triangle of S).
-        tokens: the T tokens of the window (axis labels "i: token" and hover), or None for positions.
+        values: (H, n, n) per head (rows: query i, columns: key j) for n positions from ``first`` on, e.g. a window
+            of S = QKᵀ/√d_head or of P = softmax(S + M); NaN is drawn blank (e.g. the masked upper triangle of S).
+        tokens: the n tokens of those positions, or None for positions only. Up to :data:`LABELLED_POSITIONS` of
+            them are written on the axes ("i: token"), more only in the hover.
         n_cols: heads per row.
         title: the figure's title (default "attention per head"); a subtitle under it says how to read the grid.
+        first: the position of the first row and column (the labels count from it).
     Returns:
         Figure with H heatmaps sharing one color scale (shown).
     Raises:
-        ValueError: values not (H, T, T), or len(tokens) != T.
+        ValueError: values not (H, n, n), len(tokens) != n, or first not an int >= 0.
     """
-    traces = attention_heads_data(values, tokens)
-    H = len(traces)
+    traces = attention_heads_data(values, tokens, first)
+    H, n = len(traces), as_array(values).shape[1]
+    labelled = tokens is not None and n <= LABELLED_POSITIONS
     cols = max(1, min(n_cols, H))
     rows = math.ceil(H / cols)
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=[f"head {h}" for h in range(H)],
-                        horizontal_spacing=0.06, vertical_spacing=0.08)
+                        horizontal_spacing=0.14 if labelled else 0.06, vertical_spacing=0.2 if labelled else 0.08)
+    tick = {"showticklabels": labelled, "tickfont": {"size": 10}, "dtick": 1} if labelled else {"showticklabels": False}
     for h, trace in enumerate(traces):
         r, c = h // cols + 1, h % cols + 1
         fig.add_trace(trace, row=r, col=c)
-        fig.update_yaxes(autorange="reversed", showticklabels=False, row=r, col=c)
-        fig.update_xaxes(showticklabels=False, row=r, col=c)
+        fig.update_yaxes(autorange="reversed", row=r, col=c, **tick)
+        fig.update_xaxes(tickangle=-90, row=r, col=c, **tick)
+    how = "rows: query i, columns: key j" + ("" if labelled else "; hover for the tokens")
     fig.update_layout(
-        title={"text": title or "attention per head",
-               "subtitle": {"text": "rows: query i, columns: key j; hover for the tokens"}},
+        title={"text": title or "attention per head", "subtitle": {"text": how}},
         coloraxis={"colorscale": "Viridis", "colorbar": {"title": {"text": colorbar_title}}},
-        height=380 * rows + 70,
+        height=(520 if labelled else 380) * rows + 70,
         margin={"l": 20, "r": 10, "t": 80, "b": 20},
     )
     return fig

@@ -13,6 +13,8 @@ Panels (each a class with ``.widget`` to display, ``.controls`` and ``.views`` d
   results store: peak max logit and final loss against the learning rate; nothing trains.
 * :class:`AlphaResponse` — notebook 01's α response: best validation loss change against each α_o (removed or
   doubled), replayed from the results store, beside each order's share of ‖dS‖²; nothing trains.
+* :class:`AttentionInspector` — notebook 00's look inside a model: every head's logits S or pattern P of a layer
+  for a window of text, the tokens on the axes; the replayed model, the one training here, or an untrained one.
 * :class:`TrainingPanel` — the generic part: Train / Continue / Stop, progress per run, status / error area,
   live loss curves with seed bands, results-store replays. The technique panels embed one.
 
@@ -36,6 +38,7 @@ kernel stays responsive; Stop ends a run after the current optimizer step; error
 
 from spanviz.widgets import captions
 from spanviz.widgets.alphas import AlphaResponse
+from spanviz.widgets.attention import AttentionInspector
 from spanviz.widgets.figures import FigureView
 from spanviz.widgets.fp8 import FP8Panel
 from spanviz.widgets.growth import GrowthLab
@@ -46,6 +49,6 @@ from spanviz.widgets.specs import RunSpec
 from spanviz.widgets.training import TrainingPanel
 
 __all__ = [
-    "AlphaResponse", "FP8Panel", "FigureView", "GrowthLab", "LocalGlobalPanel", "Panel", "RunSpec", "SpansPanel",
+    "AlphaResponse", "AttentionInspector", "FP8Panel", "FigureView", "GrowthLab", "LocalGlobalPanel", "Panel", "RunSpec", "SpansPanel",
     "TrainingPanel", "captions",
 ]  # fmt: skip

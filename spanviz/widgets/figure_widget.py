@@ -136,7 +136,8 @@ _STATIC = pathlib.Path(__file__).parent / "static"
 _FIGURE_MODULE = (_STATIC / "figure.js").read_text(encoding="utf-8")
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-REOPEN_HINT = "↻ This interactive output needs the notebook's kernel: run the notebook again (Run → Run All Cells)."
+REOPEN_HINT = ("↻ This interactive output needs the notebook's kernel: run the notebook again (Run → Run All Cells); "
+               "runs still training in the kernel are picked up there, not started twice.")
 """The line shown in place of a widget whose kernel is gone (see :func:`install_reopen_hint`)."""
 
 # JupyterLab (and Notebook 7) render a widget output in an output element of its own; when the widget's model is not

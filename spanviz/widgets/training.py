@@ -19,7 +19,8 @@ from spanviz.runner import Job, Runner, TrainerLike
 from spanviz.store.bundle import replay_note
 from spanviz.store.results import Found
 from spanviz.train import Trainer
-from spanviz.train.record import run_config
+from spanviz.train.record import describe_probe, run_config
+from spanviz.widgets import kernel_runs
 from spanviz.widgets.eta import StepRate, time_left
 from spanviz.widgets.figure_widget import PlotlyFigure
 from spanviz.widgets.figures import FigureView, use_static
@@ -58,14 +59,18 @@ class TrainingPanel:
             defaults would replay at once); "" for none.
 
     Buttons: **Train** starts afresh with the current settings (replaying what the store has); **Stop** ends the
-    run after the current step; **Continue** (after Stop) trains the same runs on from where they stopped.
+    run after the current step; **Continue** (after Stop) trains the same runs on from where they stopped. Where
+    exactly these runs are training already in this kernel — their page was closed and opened again, and its cells
+    run again — Train follows them here instead of starting them a second time (:mod:`.kernel_runs`; the status
+    says so, as it says when a panel is made while other runs train in the kernel).
 
     Attributes:
         widget: the VBox to display. controls: ``start``, ``resume``, ``stop`` buttons, ``progress``.
         status: HTML line (for a replay: the runs, steps, devices and — when not the student's — data, see
         :func:`spanviz.store.replay_note`). error: HTML area that shows a run's exception and traceback.
         views: name → :class:`FigureView`. captions: name → the HTML under a live figure whose view has a
-        caption. runner: the :class:`spanviz.runner.Runner`.
+        caption. runner: the :class:`spanviz.runner.Runner`. run_keys: the (label, settings) pairs of the last
+        Train's runs. following: this panel follows runs another panel of this kernel started.
         found: label → the :class:`spanviz.store.Found` the last Train replayed (record, key, data differences).
     """
 
@@ -93,6 +98,8 @@ class TrainingPanel:
         self._held = False  # a live update was skipped: the page had not taken in the one before
         self.hint, self._hint = hint, ""
         self.rate = StepRate()  # the measured step rate behind "about N s left"
+        self.run_keys: frozenset[tuple[str, str]] = frozenset()
+        self.following = False
         self.runner = Runner(on_update=self._on_update, on_finish=self._on_finish, refresh_hz=refresh_hz,
                              threads=threads)
         start = W.Button(description="Train", icon="play", button_style="success", layout=W.Layout(width="110px"),
@@ -110,6 +117,10 @@ class TrainingPanel:
         # The status takes the rest of the row at its full text width; when that does not fit it moves, whole, to
         # a line of its own (the row wraps) instead of breaking its text over two lines.
         self.status = W.HTML("ready: press Train", layout=W.Layout(width="auto", flex="1 0 auto", max_width="100%"))
+        if elsewhere := kernel_runs.describe(kernel_runs.training_elsewhere(self)):
+            self.status.value = html.escape(f"ready: press Train — still training in this kernel, from a page opened "
+                                            f"before: {elsewhere}; Train with those settings follows it here")
+        kernel_runs.register(self)
         self.error = W.HTML("")
         self.captions = {v.name: W.HTML("", layout=W.Layout(width="100%")) for v in self.live if v.caption}
         for name, caption in self.captions.items():
@@ -232,15 +243,31 @@ class TrainingPanel:
             return self.runner
         self.error.value = ""
         try:
-            jobs = self._jobs(list(self.specs()))
+            specs = list(self.specs())
+            keys = frozenset(  # what the runs are, without loading the data
+                (spec.label, repr((spec.model_cfg, spec.train_cfg, [describe_probe(p) for p in spec.probes])))
+                for spec in specs)
+            if (running := kernel_runs.same_runs(self, keys)) is not None:
+                return self._follow(running)
+            jobs = self._jobs(specs)
         except Exception as exc:  # noqa: BLE001 - shown, not lost
             self._show_error(exc, None)
             raise
+        self.run_keys, self.following = keys, False
         self._running_controls()
         self.status.value = "starting…"
         self._hint = self._ask_hint() if any(job.replay is None for job in jobs) else ""
         self.rate.reset()
         self.runner.start(jobs, blocking=blocking)
+        return self.runner
+
+    def _follow(self, other: TrainingPanel) -> Runner:
+        """Show and control the runs ``other`` (a panel of an earlier page) is training, from now on here."""
+        self.runner, self.found, self._hint, self.rate = other.runner, other.found, other._hint, other.rate
+        self.run_keys, self.following = other.run_keys, True
+        self.runner.on_update, self.runner.on_finish = self._on_update, self._on_finish
+        self._running_controls()
+        self.status.value = "following the runs already training in this kernel (started from a page opened before)"
         return self.runner
 
     def resume(self, blocking: bool | None = None) -> Runner:
@@ -374,7 +401,7 @@ class TrainingPanel:
         planned = list(runner.steps_planned.values())
         progress.max = max(planned, default=1) or 1
         progress.value = min((runner.steps_done[label] for label in runner.steps_planned), default=progress.max)
-        parts = []
+        parts = ["following the runs started from a page opened before"] if self.following and runner.running else []
         if runner.steps_planned:
             n = len(planned)
             done, total = runner.progress
