@@ -380,3 +380,25 @@ def test_bound_vs_rank_marks_current_rank():
     np.testing.assert_allclose(reference.y, ref)
     assert list(fig.data[1].customdata) == [9.0, 6.0, 4.0, 3.0] and "γ" in fig.data[1].hovertemplate
     assert fig.layout.yaxis.minorloglabels == "complete"
+
+
+def test_loss_figure_draws_the_difference_to_the_first_run_below_curves_that_coincide():
+    """Two runs ending 0.4 % apart lie on top of each other in nats; the lower row draws their difference in percent
+    at the steps both measured, on the same step axis; one run has no lower row."""
+    mhsa = {"step": [0, 10, 20, 30], "train_loss": [9.0, 7.0, 6.5, 6.0], "val_loss": [None, 7.0, None, 6.0]}
+    ls = {"step": [0, 10, 20, 30], "train_loss": [9.0, 7.1, 6.5, 6.1], "val_loss": [None, 7.07, None, 5.976]}
+    fig = plots.loss_curves_figure({"MHSA": mhsa, "LS": ls}, ("train_loss", "val_loss"), delta=True)
+    (lower,) = [t for t in fig.data if t.yaxis == "y2"]
+    assert list(lower.x) == [10, 30] and lower.name == "LS vs MHSA"
+    np.testing.assert_allclose(lower.y, [1.0, -0.4])
+    assert fig.layout.xaxis.matches == "x2" and "MHSA" in fig.layout.yaxis2.title.text
+    assert len(fig.data) == 4 * 2 + 1 and lower.line.color == fig.data[4].line.color  # LS's colour
+    single = plots.loss_curves_figure({"MHSA": mhsa}, ("train_loss", "val_loss"), delta=True)
+    assert all(t.yaxis in (None, "y") for t in single.data) and "yaxis2" not in single.layout.to_plotly_json()
+
+
+def test_markers_are_thinned_on_lines_longer_than_a_dozen_points():
+    from spanviz.plots.common import MAX_MARKERS, markers
+
+    assert markers(MAX_MARKERS)["marker"].get("maxdisplayed") is None
+    assert markers(31)["marker"]["maxdisplayed"] == MAX_MARKERS == 12

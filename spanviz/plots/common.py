@@ -36,15 +36,16 @@ SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star")
 """Marker symbols of series in order: a second cue beside the colour, and curves on top of each other told apart."""
 PATTERNS = ("", "/", ".", "x", "-", "|")
 """Fill patterns of bars and areas in order (plotly's ``marker.pattern.shape`` / ``fillpattern.shape``)."""
-MAX_MARKERS = 20
+MAX_MARKERS = 12
 """A long line shows at most this many markers (plotly's ``marker.maxdisplayed``): its symbol stays visible as a
 second cue without a marker at every step."""
 
 
 def markers(n_points: int, **marker: Any) -> dict[str, Any]:
-    """The mode and marker of a line with ``n_points`` points: markers on every point up to 60, thinned to
-    :data:`MAX_MARKERS` beyond (the symbol is a second cue, not a reading of each point)."""
-    thin = {"maxdisplayed": MAX_MARKERS} if n_points > 60 else {}
+    """The mode and marker of a line with ``n_points`` points: a marker on every point up to :data:`MAX_MARKERS`,
+    thinned to that many beyond (the symbol is a second cue, not a reading of each point: several lines with a marker
+    at every step merge into one band)."""
+    thin = {"maxdisplayed": MAX_MARKERS} if n_points > MAX_MARKERS else {}
     return {"mode": "lines+markers", "marker": {**marker, **thin}}
 
 

@@ -95,11 +95,36 @@ def loss_curves_data(runs: Mapping[str, Any], metrics: str | Sequence[str] = "va
     return traces
 
 
+def loss_delta_data(runs: Mapping[str, Any], metric: str = "val_loss") -> list[Trace]:
+    """Traces of :func:`loss_curves_figure`'s lower row (``delta=True``): for every variant after the first, its mean
+    ``metric`` against the first variant's, 100·(variant − first)/first in percent, at the steps both measured (x2,
+    y2 axes; colored and marked as in :func:`loss_curves_data`). [] for fewer than two variants."""
+    seed_runs = _as_seed_runs(runs)
+    names = list(seed_runs)
+    if len(names) < 2:
+        return []
+    first = seed_band(seed_runs[names[0]], metric)
+    widths = variant_widths(len(names))
+    traces: list[Trace] = []
+    for v, name in enumerate(names[1:], start=1):
+        b = seed_band(seed_runs[name], metric)
+        steps, mine, theirs = np.intersect1d(b["step"], first["step"], return_indices=True)
+        base = first["mean"][theirs]
+        traces.append({
+            "type": "scatter", "x": steps, "y": 100.0 * (b["mean"][mine] - base) / base, "xaxis": "x2", "yaxis": "y2",
+            **markers(len(steps), size=4 + widths[v], symbol=SYMBOLS[v % len(SYMBOLS)]),
+            "line": {"color": cycle_color(v), "width": widths[v]}, "legendgroup": name, "showlegend": False,
+            "name": f"{name} vs {names[0]}", "hovertemplate": "step %{x}: %{y:+.2f} %<extra>%{fullData.name}</extra>",
+        })
+    return traces
+
+
 def loss_curves_figure(
     runs: Mapping[str, Any],
     metrics: str | Sequence[str] = "val_loss",
     title: str | None = None,
     log_y: bool = False,
+    delta: bool = False,
 ) -> go.Figure:
     """Loss curves of several runs with seed bands.
 
@@ -111,14 +136,18 @@ def loss_curves_figure(
             coincide stay visible.
         title: figure title; default names the metrics.
         log_y: logarithmic loss axis.
+        delta: with two variants or more, a lower row shows each variant's mean val loss against the first's in
+            percent (:func:`loss_delta_data`): curves that lie on top of each other above are apart there.
     Returns:
         Figure with 2 traces per (variant, metric): a filled band mean ± std across seeds (zero width with one
-        seed) and the mean line, x = optimizer step, y = loss in nats.
+        seed) and the mean line, x = optimizer step, y = loss in nats; with ``delta``, then one trace per variant
+        after the first on the lower row (y = Δ val loss in %, a gray zero line).
     Raises:
         ValueError: malformed runs or a history lacking a metric.
     """
     metrics = (metrics,) if isinstance(metrics, str) else tuple(metrics)
-    fig = go.Figure(data=loss_curves_data(runs, metrics))
+    lower = loss_delta_data(runs) if delta else []
+    fig = go.Figure(data=[*loss_curves_data(runs, metrics), *lower])
     fig.update_layout(
         title=title or " / ".join(m.replace("_", " ") for m in metrics),
         xaxis_title="step",
@@ -127,6 +156,16 @@ def loss_curves_figure(
         height=320,
         legend={"orientation": "h", "y": -0.2},
     )
+    if lower:  # the loss above, the difference to the first variant below, on one step axis
+        first = next(iter(_as_seed_runs(runs)))
+        fig.update_layout(
+            height=470, legend={"orientation": "h", "y": -0.14},
+            xaxis={"domain": [0, 1], "anchor": "y", "matches": "x2", "showticklabels": False, "title": None},
+            yaxis={"domain": [0.42, 1]},
+            xaxis2={"domain": [0, 1], "anchor": "y2", "title": {"text": "step"}},
+            yaxis2={"domain": [0, 0.3], "anchor": "x2", "zeroline": True, "zerolinecolor": GRAY,
+                    "title": {"text": f"Δ val loss vs<br>{first} (%)"}},
+        )
     return fig
 
 

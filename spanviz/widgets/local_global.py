@@ -21,7 +21,7 @@ from spanviz.widgets import captions
 from spanviz.widgets.defaults import LR_GRID, grid_slider
 from spanviz.widgets.figures import FigureView, computing, slider
 from spanviz.widgets.panel import ANALYTIC_THREADS, Panel
-from spanviz.widgets.specs import LOSS_VIEW, History, LiveView, RunSpec
+from spanviz.widgets.specs import LOSS_DELTA_VIEW, History, LiveView, RunSpec
 from spanviz.plots.local_global import head_masks_data, max_logit_data
 
 
@@ -81,7 +81,7 @@ class LocalGlobalPanel(Panel):
             c[name].observe(lambda _ch: self.update_masks(), names="value")
         self.busy = W.HTML("")
         c["context"].observe(lambda _ch: self.update_context(), names="value")
-        self._attach_training([MAX_LOGIT_VIEW, LOSS_VIEW], data=data, store=store, trainer_factory=trainer_factory,
+        self._attach_training([MAX_LOGIT_VIEW, LOSS_DELTA_VIEW], data=data, store=store, trainer_factory=trainer_factory,
                               refresh_hz=refresh_hz)
         note = W.HTML("<small>n_local, window p and context T redraw the masks now; context T, the split and the "
                       "learning rate apply to the next <b>Train</b>.</small>")

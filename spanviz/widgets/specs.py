@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from spanviz import plots
 from spanviz.data import load_tokens
 from spanviz.model import GPTConfig
-from spanviz.plots.curves import loss_curves_data
+from spanviz.plots.curves import loss_curves_data, loss_delta_data
 from spanviz.settings import OFFLINE_SPLITS, resolve_data_source
 from spanviz.store import ResultsStore
 from spanviz.train import TrainConfig
@@ -70,6 +70,14 @@ def _loss_build(histories: Mapping[str, History]) -> go.Figure:
 
 
 LOSS_VIEW = LiveView("loss", _loss_data, _loss_build, caption=captions.loss_caption)
+"""The loss curves of every run (train solid, val dashed)."""
+LOSS_DELTA_VIEW = LiveView(
+    "loss", lambda hs: [*_loss_data(hs), *loss_delta_data(hs)],
+    lambda hs: plots.loss_curves_figure(hs, ("train_loss", "val_loss"), delta=True,
+                                        title="loss (solid: train, dashed: val); below: the difference in val loss"),
+    caption=captions.loss_caption)
+""":data:`LOSS_VIEW` with a lower row: each run's val loss against the first run's, in percent — for panels whose
+runs end close together (their curves lie on top of each other above; the difference does not)."""
 
 _DATA_CACHE: dict[Any, Any] = {}
 

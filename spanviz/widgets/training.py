@@ -43,7 +43,8 @@ class TrainingPanel:
 
     Args:
         specs: ``fn() -> [RunSpec, ...]``, read when Train is pressed (so it sees the current sliders).
-        live: the live :class:`LiveView`s in the order shown; :data:`LOSS_VIEW` is put first unless listed.
+        live: the live :class:`LiveView`s in the order shown; :data:`LOSS_VIEW` is put first unless a view named
+            "loss" is listed (e.g. :data:`~spanviz.widgets.specs.LOSS_DELTA_VIEW`).
         data: a ``spanviz.data.TokenData`` or ``fn() -> TokenData`` (called in the worker thread, once);
             default :func:`default_data`.
         store: a ``spanviz.store.ResultsStore`` (``find(config)`` or ``get(config)``, and ``put(record)``) — a
@@ -93,7 +94,7 @@ class TrainingPanel:
         self.found: dict[str, Found] = {}  # label → the stored run the last Train replayed
         self._data = data
         self.trainer_factory = trainer_factory or _default_trainer_factory
-        self.live = list(live) if LOSS_VIEW in live else [LOSS_VIEW, *live]
+        self.live = list(live) if any(v.name == LOSS_VIEW.name for v in live) else [LOSS_VIEW, *live]
         self.views = {v.name: FigureView(v.build({}), static=self.static, name=f"train/{v.name}") for v in self.live}
         self._held = False  # a live update was skipped: the page had not taken in the one before
         self.hint, self._hint = hint, ""
