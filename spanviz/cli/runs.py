@@ -75,7 +75,8 @@ def cmd_runs(cmd: RunsCommand) -> int:
             print(f"warning: skipped a damaged entry: {printable(why, 300)}", file=sys.stderr)
         counts = {o: sum(r["origin"] == o for r in rows) for o in ("bundle", "imported", "local")}
         print(f"{len(rows)} runs{_describe(filters)} in {store.root} ({counts['local']} trained here, "
-              f"{counts['imported']} imported, {counts['bundle']} from the shipped workshop bundle)" + (f"; {len(good) - len(rows)} others" if filters else "")
+              f"{counts['imported']} imported, {counts['bundle']} from the shipped workshop bundle)"
+              + (f"; {len(good) - len(rows)} others" if filters else "")
               + (f"; {len(bad)} damaged, skipped" if bad else ""))
         return 0
     if cmd.file is None:
