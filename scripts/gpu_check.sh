@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks behind docs/gpu.md in one command, for a CUDA machine with no internet (issue 26).
+# The GPU checks behind docs/gpu.md in one command, for a CUDA machine with no internet.
 #
 #   bash scripts/gpu_check.sh OUTDIR STEP...
 #

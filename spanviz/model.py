@@ -9,13 +9,15 @@ every intermediate through a named :class:`~spanviz.hook_points.HookPoint` (Tran
 :func:`fused_attention` calls ``scaled_dot_product_attention`` (or FlexAttention on CUDA for local/global heads)
 and never materialises the T×T matrices. The fused path runs whenever nothing needs the explicit tensors.
 
-The techniques plug in through the model's imports of their *core* files only: their settings are fields of
-:class:`GPTConfig` (so a run's store key holds them), and each :class:`Attention` builds its slots from them —
-``mask_mod``, the per-head masks of LS-attention (arXiv 2505.15548, :mod:`spanviz.local_global`), and
-``score_grad_fn`` / ``qk_grad_fn``, the score-gradient transforms of span / violation scaling (arXiv 2512.13033,
-:mod:`spanviz.spans`); and the logit-growth baselines of :mod:`spanviz.local_global.stabilisers` (soft-capping,
-QK-Clip, Gemma 3's per-layer local/global pattern). Probes (logit growth, FP8 bounds) live in the technique packages and read the hook points
-and :meth:`Attention.qk_weights`. A new mask or gradient transform needs no edit here: set the slots at run time.
+The techniques plug in through these imports, and no others: :mod:`spanviz.local_global.core` (the per-head masks
+of LS-attention, arXiv 2505.15548: ``mask_mod``), :mod:`spanviz.local_global.flex` (FlexAttention's block-sparse
+kernel for them, CUDA only), :mod:`spanviz.local_global.stabilisers` (the logit-growth baselines: soft-capping,
+QK-Clip, Gemma 3's per-layer local/global pattern), :mod:`spanviz.spans.config` (:class:`SpanConfig`, a field of
+:class:`GPTConfig`, so a run's store key holds it) and :mod:`spanviz.spans.fused` (``build_grad_fns``: the
+score-gradient transforms of span / violation scaling, arXiv 2512.13033, set into each :class:`Attention`'s
+``score_grad_fn`` / ``qk_grad_fn`` slots). Probes (logit growth, FP8 bounds) live in the technique packages and read
+the hook points and :meth:`Attention.qk_weights`. A new mask or gradient transform needs no edit here: set the slots
+at run time.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ TRAIN_NICE = 10
 nothing changes). At 10 a thread gets about a tenth of the CPU share of a normal-priority one that wants the CPU at
 the same time — the kernel thread handling a control, the browser, the server (within one scheduling group: see
 :func:`lower_thread_priority`) — and all the CPU nobody else wants. 19 (the lowest) starved training behind any
-other busy program; the measurements are in the report of issue 21."""
+other busy program (measured once, under load, while the panels were tuned; not recomputed by a test)."""
 
 
 class TrainerLike(Protocol):

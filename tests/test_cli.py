@@ -305,7 +305,7 @@ def test_unwritable_outputs_are_refused_before_training(case, data_flags, tmp_pa
 
 
 def test_a_full_disk_mid_run_keeps_the_last_checkpoint(data_flags, tmp_path, capsys):
-    from test_cli_attack import disk_full_at_checkpoint
+    from test_cli_bad_input import disk_full_at_checkpoint
 
     out = tmp_path / "run"
     with disk_full_at_checkpoint(3):

@@ -1,4 +1,4 @@
-"""The package's shape, as issue 25 states it: checks that read the source, not the behaviour.
+"""The package's shape: checks that read the source, not the behaviour.
 
 - no private name (``_x``) is imported from another file of ``spanviz/``, nor reached through a module alias;
 - the three technique packages share one template (``core.py``, ``probe.py``, ``demos.py``);

@@ -134,7 +134,7 @@ def test_a_new_trainer_runs_the_processs_first_exp_on_one_thread(data, monkeypat
     """Fresh processes of one command gave two curves now and then (CI): torch's first elementwise exp of a process,
     split over 2 threads right after MKL's first matrix product, came out with one thread's half at 1.5e-4 relative
     error in 3–10 % of processes on a loaded 2-core machine (measured; spanviz.contexts.settle_vector_math). Too
-    rare to catch here; the end-to-end check is test_cli_attack2's fresh runs under load. Here: a new trainer makes
+    rare to catch here; the end-to-end check is test_cli_nothing_silent's fresh runs under load. Here: a new trainer makes
     the process's first exp a tiny one (8 elements, below torch's grain size of 2048: one thread), once."""
     import spanviz.contexts as contexts
 

@@ -18,7 +18,7 @@ Nothing here asserts a time: the targets are printed next to the measurements. H
 accelerator): :mod:`spanviz.bench.core`. On a CPU each section runs with one torch thread and one BLAS thread
 (a section that compares thread counts, ``sweep``, sets its own).
 
-``--quick`` without ``--only`` measures what issue 23's table names (:data:`QUICK`), in a few minutes on 2 cores;
+``--quick`` without ``--only`` measures the headline ratios (:data:`QUICK`), in a few minutes on 2 cores;
 the other sections say how to run them. With ``--only``, each named section runs in its own quick form (fewer
 rounds). Every section records its wall time, the CPU time it cost (this process and its finished children) and
 the load average when it ended.
@@ -68,7 +68,7 @@ QUICK: dict[str, str] = {
     "widgets": "the sliders' kernel-side latency at T 64 and 128 (P5; no live-dashboard overhead, no browser unless "
                "--browser)",
 }
-"""What ``spanviz bench --quick`` (without ``--only``) measures per section: issue 23's table."""
+"""What ``spanviz bench --quick`` (without ``--only``) measures per section: the headline ratios."""
 QUICK_SKIPPED: dict[str, str] = {
     "ls": "LS attention over dense causal attention (minutes): run `spanviz bench --only ls`",
     "fp8": "spectral norms as a share of a train step: run `spanviz bench --only fp8`",
@@ -130,7 +130,7 @@ def run_benchmarks(
             "code": code_identity(),  # what ran: spanviz version, git commit (and whether dirty), source digest
         }
     }
-    focus = quick and only is None  # --quick alone: issue 23's table (QUICK)
+    focus = quick and only is None  # --quick alone: the headline ratios (QUICK)
     if quick:
         results["environment"]["quick_measures"] = dict(QUICK) if focus else "each named section's quick form"
     for name in names:

@@ -370,7 +370,7 @@ def bench_core(device: str = "cpu", quick: bool = False, data_dir: str | None = 
         quick: 3 timed rounds of the step ratio after 1 warm-up, ``spanviz train``'s path left out; the notebook
             config's 30 steps as in the full run (fewer would measure a fresh process's first steps, which run slower:
             8 steps after the warm-up gave 1.6–2.0 steps per CPU-second in nine runs where 30 gave 2.2–2.4).
-            focus: the notebook config only (``spanviz bench --quick``: issue 23's P6), no step ratio.
+            focus: the notebook config only (``spanviz bench --quick``), no step ratio.
     """
     if focus:
         out: dict[str, Any] = {"step_ratio": {"skipped": "--quick: run `spanviz bench --only core` for TinyGPT over "

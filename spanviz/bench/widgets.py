@@ -19,7 +19,7 @@
   alike; ratio of steps/s without / with (slowdown), and the refresh rate reached. Target: slowdown ≤ 10 %
   at ≥ 2 Hz.
 
-Targets (:data:`TARGETS`; issues 12 and 23): kernel side α ≤ 10 ms and preset ≤ 100 ms p95, in the browser
+Targets (:data:`TARGETS`): kernel side α ≤ 10 ms and preset ≤ 100 ms p95, in the browser
 ≤ 50 and ≤ 150 ms; layer, head, rank, δ, margin, n_local, window p95 ≤ 150 ms. Nothing here asserts a time; the
 targets are reported next to the measurements.
 """
@@ -49,7 +49,7 @@ from spanviz.widgets.specs import default_train_cfg
 TARGETS = {"alpha_p95_ms": 10.0, "preset_p95_ms": 100.0, "control_p95_ms": 150.0, "browser_alpha_p95_ms": 50.0,
            "browser_preset_p95_ms": 150.0, "dashboard_slowdown": 0.10, "dashboard_hz": 2.0}
 """p95 targets: kernel side (CPU time) α ≤ 10 ms, preset ≤ 100 ms, other controls ≤ 150 ms; in the browser α ≤ 50 ms,
-preset and the rest ≤ 150 ms (issue 23, at T 128)."""
+preset and the rest ≤ 150 ms (at T 128)."""
 CONTEXTS = (64, 128)
 # The panel models of notebooks 01 (spans), 02 (masks) and 03 (fp8); context_length is set per measurement.
 NOTEBOOK_MODELS = {
@@ -273,7 +273,7 @@ def bench_widgets(quick: bool = False, threads: int | None = None, browser: bool
 
     Args:
         quick: fewer repeats and shorter chunks (for smoke runs). focus: the sliders only, no dashboard
-            (``spanviz bench --quick``: issue 23's P5).
+            (``spanviz bench --quick``).
         threads: torch threads for the dashboard measurement (see :func:`bench_dashboard`).
         browser: measure in JupyterLab in Chromium too (``spanviz bench --browser``; skipped by itself when there
             is no Chromium).

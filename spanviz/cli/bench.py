@@ -30,7 +30,7 @@ class BenchCommand:
     device: str = "auto"
     """auto, cpu, cuda, cuda:<index> or mps."""
     quick: bool = False
-    """issue 23's ratios only (spanviz.bench.QUICK); with --only, each section's quick form (minutes on 2 cores)."""
+    """the headline ratios only (spanviz.bench.QUICK); with --only, each section's quick form (minutes on 2 cores)."""
     browser: bool = False
     """also time the sliders in JupyterLab in Chromium (the only part that starts a browser)."""
     out: Path | None = None

@@ -19,7 +19,7 @@ one (ipywidgets holds messages while it handles one from the browser) loses noth
 A figure's first drawing needs nothing from its kernel: its state and module come in the message that creates its
 model, plotly.js in the one that created the PlotlySource before it. A kernel running the notebook's next cells
 answers the page only once it is idle — when plotly.js was fetched with a custom message, no figure of a notebook
-was drawn before its last cell ended (issue 38). The custom message remains a fallback
+was drawn before its last cell ended. The custom message remains a fallback
 for a view that finds no PlotlySource of its version in the page within 3 s. A new figure structure
 (another preset, a replay) is a new state of the same widget, never a new widget.
 

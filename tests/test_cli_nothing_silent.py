@@ -1,7 +1,7 @@
-"""Issue 27's attack (the second one), rerun: nothing crashes, nothing hangs, nothing is silently wrong, no run lost.
+"""The command line under attack: nothing crashes, nothing hangs, nothing is silently wrong, no run lost.
 
 Every item of the issue is one input here, with the check that tells right from wrong; each is a test (run by
-pytest, one per input) and ``python tests/test_cli_attack2.py`` prints the counts for the report:
+pytest, one per input) and ``python tests/test_cli_nothing_silent.py`` prints the counts for the report:
 
 * **traceback** — an "internal error", a Python traceback, or an exception escaping ``main`` / a library call;
 * **unbounded** — a command run in a child process under a time limit (:data:`TIME_LIMIT_S`) and an address-space
@@ -14,7 +14,7 @@ pytest, one per input) and ``python tests/test_cli_attack2.py`` prints the count
 
 A clean error is a non-zero exit with one line ``spanviz <command>: error: ...`` (for the library: a
 ``ValueError`` naming what is wrong). The stage (a scratch folder as cwd, ``SPANVIZ_HOME``, the offline data
-remembered, a precious finished run) is the one of :mod:`test_cli_attack`; inputs that could hang or fill memory
+remembered, a precious finished run) is the one of :mod:`test_cli_bad_input`; inputs that could hang or fill memory
 run as child processes under ``timeout``-like and ``ulimit -v``-like limits, so the attack never starves the
 machine.
 """
@@ -41,7 +41,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_cli_attack import BASE, WIKITEXT, Stage, _copy_precious, cli, outcome_of_cli, staged  # noqa: E402
+from test_cli_bad_input import BASE, WIKITEXT, Stage, _copy_precious, cli, outcome_of_cli, staged  # noqa: E402
 
 TIME_LIMIT_S = 90
 """A child command still running after this many seconds is "unbounded" (the issue saw 7 min and hangs)."""

@@ -1,4 +1,4 @@
-"""Issue 13's attack on the command line, rerun: every input gets a clean error or correct behaviour, no run is lost.
+"""Bad input at the command line and in the files it reads: every input gets a clean error or correct behaviour, no run is lost.
 
 Inputs: command lines (bad values for every flag, flags without effect, impossible sizes and devices, unwritable
 and foreign paths, and valid ones), Python configurations (every field of GPTConfig, TrainConfig, SpanConfig and
@@ -9,7 +9,7 @@ repeated keys, a zip bomb, path traversal). A "clean error" is a non-zero exit w
 any other exception fails. A precious finished run sits beside the attacks; it is checked after each one, and
 the kill -9 / second-writer / full-disk scenarios check that no checkpointed work is lost.
 
-``python tests/test_cli_attack.py`` prints the counts for the report: inputs tried, correct behaviour, clean
+``python tests/test_cli_bad_input.py`` prints the counts for the report: inputs tried, correct behaviour, clean
 errors, tracebacks (goal 0), runs lost (goal 0). pytest runs the same inputs, one test each.
 """
 

@@ -1,4 +1,4 @@
-"""Issue 39's attack (the third one): the library's own doors, archives' weights, the replay key.
+"""Hostile input at the library's own doors, archives' weights, the replay key.
 
 One test per finding (the issue's exact input first, then new inputs of our own); finding 1 (the vocabulary in the
 replay of weights) is in ``test_replay.py`` and ``test_bundle.py``. A clean error is a ``ValueError`` naming the
@@ -18,7 +18,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_cli_attack import cli  # noqa: E402
+from test_cli_bad_input import cli  # noqa: E402
 
 from spanviz.files import NotAFileError, atomic_open, atomic_write
 from spanviz.store import ResultsStore
