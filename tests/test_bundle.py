@@ -220,3 +220,30 @@ def check_the_tour_samples_from_the_trained_model(namespace: dict, data: str, wi
     sample = samples.samples[heading]
     assert sample.prompt == "The game was released in"
     assert sample.ids.numel() == sample.n_prompt + samples.controls["max_new_tokens"].value
+
+
+def test_the_notebooks_one_line_summaries_say_what_they_hold(tmp_path, wikitext_dir):
+    """The cells every notebook shares are one call each: the data's summary line, the bundle's, the training
+    settings, and the store's sweep runs by variant in seed order (notebook 02's GPU figure)."""
+    from spanviz.data import prepare_tokens
+    from spanviz.widgets import notebook_train_config
+    from spanviz.widgets.growth import ls_gpu_view
+
+    data = prepare_tokens(wikitext_dir, splits={"train": "validation", "eval": "test"}, max_vocab=500)
+    assert data.summary() == (f"local folder: train on 'validation' ({data.train_ids.numel():,} tokens), evaluate on "
+                              f"'test' ({data.eval_ids.numel():,} tokens), vocab {data.vocab_size:,}")
+    store = ResultsStore(tmp_path / "store")
+    assert "No GPU runs in the results store" in ls_gpu_view(store).value
+    info = load_bundle(store=store)
+    assert info["summary"].startswith(f"{info['runs']} runs made on ") and "ls/gpu 9" in info["summary"]
+    assert "NVIDIA H100" in info["summary"] and "validation/test" in info["summary"]
+    sweep = store.sweep("ls", "gpu")
+    assert sorted(sweep) == ["ls", "mhsa", "qk_norm"]
+    assert all([r.config["seed"] for r in runs] == sorted(r.config["seed"] for r in runs) for runs in sweep.values())
+    assert sum(map(len, sweep.values())) == info["experiments"]["ls/gpu"] and store.sweep("ls", "tpu") == {}
+    view = ls_gpu_view(store)
+    caption, figure = view.children
+    assert "MHSA" in caption.value and "QK-norm" in caption.value
+    cfg = notebook_train_config(300, 16, 3e-3, smoke=False)
+    assert (cfg.warmup_steps, cfg.eval_interval, cfg.eval_iters, cfg.device) == (20, 30, 10, "auto")
+    assert notebook_train_config(4, 4, 3e-3, smoke=True).eval_iters == 1

@@ -61,6 +61,15 @@ class TokenData:
     def vocab_size(self) -> int:
         return self.tokenizer.vocab_size
 
+    def summary(self) -> str:
+        """One line for a notebook: where the text came from, the splits trained and evaluated on with their token
+        counts, and the vocabulary size — ``"local folder: train on 'validation' (217,646 tokens), evaluate on
+        'test' (245,569 tokens), vocab 8,192"``."""
+        info = self.describe()
+        return (f"{info['source']}: train on {info['splits']['train']!r} ({info['n_tokens']['train']:,} tokens), "
+                f"evaluate on {info['splits']['eval']!r} ({info['n_tokens']['eval']:,} tokens), "
+                f"vocab {self.vocab_size:,}")
+
     def describe(self) -> dict[str, Any]:
         """JSON-ready summary for the run record (no token ids, no vocabulary): the dataset's identity — name,
         config, splits, tokenizer, counts and the sha256 of each role's text — and where it came from, as the hub

@@ -139,7 +139,8 @@ def load_bundle(path: str | os.PathLike[str] | None = None, store: ResultsStore 
     Returns:
         :func:`describe_runs` of the bundle's runs, plus ``"path"``, ``"imported"`` (runs newly written),
         ``"rejected"`` (entries the import refused, with the reason), ``"weights"`` (how many runs carry their final
-        weights) and ``"about"`` (the archive's notes on how it was made, or {}).
+        weights), ``"about"`` (the archive's notes on how it was made, or {}) and ``"summary"`` (one line for a
+        notebook: runs, devices, torch, first date, data, runs per experiment).
     Raises:
         ValueError: the file is missing or not a usable archive (see :meth:`ResultsStore.import_report`).
     """
@@ -154,6 +155,10 @@ def load_bundle(path: str | os.PathLike[str] | None = None, store: ResultsStore 
             report.rejected.append((f"runs/{key}.json", str(error)))
             continue
         keys.append(key)
-    return {"path": str(path), **describe_runs(records), "imported": len(report.written),
+    info = describe_runs(records)
+    summary = (f"{info['runs']} runs made on {', '.join(info['devices'])} with torch {', '.join(info['torch'])}, "
+               f"{(info['first_utc'] or '?')[:10]}, trained/evaluated on {', '.join(info['data'])}: "
+               + ", ".join(f"{name} {n}" for name, n in info["experiments"].items()))
+    return {"path": str(path), **info, "imported": len(report.written),
             "rejected": [f"{entry}: {why}" for entry, why in report.rejected],
-            "weights": sum(store.has_weights(k) for k in keys), "about": report.about}
+            "weights": sum(store.has_weights(k) for k in keys), "about": report.about, "summary": summary}

@@ -222,6 +222,18 @@ class ResultsStore(ReplayLookup):
             logger.warning("results store: skipping a damaged entry: %s", why)
         yield from good.items()
 
+    def sweep(self, experiment: str, size: str) -> dict[str, list[RunRecord]]:
+        """The runs of one sweep (``config["tags"] == {"experiment": experiment, "size": size}``, e.g. ``"ls"``,
+        ``"gpu"``) by variant (``config["variant"]``, in the order first seen), each variant's runs in seed order,
+        one per seed (the last the store lists). {} when the store has none."""
+        tags = {"experiment": experiment, "size": size}
+        by_variant: dict[str, dict[Any, RunRecord]] = {}
+        for _, record in self.records():
+            if record.config.get("tags") == tags:
+                by_variant.setdefault(str(record.config.get("variant")), {})[record.config.get("seed")] = record
+        order = lambda s: (0, s, "") if isinstance(s, int) else (1, 0, str(s))  # noqa: E731 - seeds as numbers
+        return {variant: [seeds[s] for s in sorted(seeds, key=order)] for variant, seeds in by_variant.items()}
+
     # --------------------------------------------------------------------------------- export / import
     def export(self, path: str | os.PathLike[str], keys: Iterable[str] | None = None,
                about: Mapping[str, Any] | None = None) -> Path:

@@ -45,10 +45,10 @@ from spanviz.widgets.growth import GrowthLab
 from spanviz.widgets.local_global import LocalGlobalPanel
 from spanviz.widgets.panel import Panel
 from spanviz.widgets.spans import SpansPanel
-from spanviz.widgets.specs import RunSpec
+from spanviz.widgets.specs import RunSpec, notebook_train_config
 from spanviz.widgets.training import TrainingPanel
 
 __all__ = [
-    "AlphaResponse", "AttentionInspector", "FP8Panel", "FigureView", "GrowthLab", "LocalGlobalPanel", "Panel", "RunSpec", "SpansPanel",
-    "TrainingPanel", "captions",
+    "AlphaResponse", "AttentionInspector", "FP8Panel", "FigureView", "GrowthLab", "LocalGlobalPanel", "Panel",
+    "RunSpec", "SpansPanel", "TrainingPanel", "captions", "notebook_train_config",
 ]  # fmt: skip

@@ -13,6 +13,7 @@ from typing import Any
 
 import ipywidgets as W
 
+from spanviz import plots
 from spanviz.experiments import growth
 from spanviz.plots.growth import growth_curves_data, growth_curves_figure, lr_sweep_figure, selected_lr_shapes
 from spanviz.store import ResultsStore
@@ -94,3 +95,24 @@ class GrowthLab:
         fig = growth_curves_figure(self.runs, lr, labels=growth.LABELS)
         self.views["curves"].update(growth_curves_data(self.runs, lr, growth.LABELS), build=lambda: fig,
                                     layout={"title": fig.layout.title.to_plotly_json()})
+
+
+GPU_NAMES = {"mhsa": "MHSA", "ls": "LS ({n_local} local, p={window})", "qk_norm": "QK-norm"}
+"""The panel's names of the ``ls/gpu`` sweep's variants (so their colors match: MHSA first, LS second)."""
+
+
+def ls_gpu_view(store: Any = None) -> W.Widget:
+    """Notebook 02's GPU figure: the max logit of the ``ls/gpu`` sweep's runs (T 2048, an H100; MHSA, LS, QK-norm)
+    over training, mean ± std over seeds with each seed's peak as a star, and the peaks in a caption above; or a line
+    saying that the results store has no such runs. ``store``: a ``ResultsStore`` (default: the default one)."""
+    sweep = (ResultsStore() if store is None else store).sweep("ls", "gpu")
+    if not sweep:
+        return W.HTML("No GPU runs in the results store: run the bundle cell near the top first.")
+    runs = {GPU_NAMES[v].format(**sweep[v][0].config["model"]): [r.history for r in sweep[v]]
+            for v in GPU_NAMES if v in sweep}
+    fig = plots.loss_curves_figure(runs, "logits/max", title="max logit at T 2048 on an H100 (mean ± std over seeds; "
+                                   "stars: each seed's peak)")
+    fig.add_traces(plots.seed_peaks_data(runs, "logits/max"))
+    fig.update_layout(yaxis_title="max |q·k|/√d_head")
+    caption = captions.seed_peaks_caption(plots.seed_peaks(runs, "logits/max"), what="peak max logit")
+    return W.VBox([W.HTML(caption), FigureView(fig, name="gpu-max-logit").widget])

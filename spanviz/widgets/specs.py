@@ -110,3 +110,15 @@ def default_train_cfg(**changes: Any) -> TrainConfig:
     every 25 steps on 4 batches, 20 warm-up steps), with ``changes`` applied."""
     base = dict(steps=200, batch_size=8, eval_interval=25, eval_iters=4, warmup_steps=20, lr=3e-3)
     return TrainConfig(**{**base, **changes})
+
+
+def notebook_train_config(steps: int, batch_size: int, lr: float, *, smoke: bool = False,
+                          device: str = "auto") -> TrainConfig:
+    """The notebooks' training settings from their parameters cell: ``steps`` updates at ``lr`` with a warm-up of
+    min(20, steps / 5) updates, ten evaluations over the run (every steps / 10 updates) on 10 batches (1 in smoke
+    mode), on ``device``. The shipped bundle's runs are keyed by exactly these settings (change them and Train
+    trains instead of replaying).
+
+    Raises: ValueError: what ``TrainConfig`` refuses (steps < 1, lr <= 0, ...)."""
+    return TrainConfig(steps=steps, batch_size=batch_size, lr=lr, warmup_steps=min(20, steps // 5),
+                       eval_interval=max(1, steps // 10), eval_iters=1 if smoke else 10, device=device)
