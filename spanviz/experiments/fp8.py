@@ -297,7 +297,7 @@ def fp8_sweep(
         "per_seed": table,
         "comparisons": specs,
         "runs": runs,
-        "verdict": sweep_verdict(table, rows, strategies),
+        "verdict": sweep_verdict(table, rows, [*strategies, *practical]),
         "event_step": event,
         "window": window,
         "strategies": [*strategies, *practical],

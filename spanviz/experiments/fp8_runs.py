@@ -105,7 +105,7 @@ def alpha_obs(record: RunRecord, n_layer: int) -> dict[str, float | None]:
 def sweep_verdict(table: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]], strategies: Sequence[str]
                   ) -> str:
     """Per scenario and margin: in how many seeds each strategy overflowed in the window, and its test."""
-    tests = {(r["scenario"], r["margin"], r["strategy"]): r["verdict"] for r in rows}
+    tests = {(r["scenario"], r["margin"], r["strategy"]): r["verdict"] for r in rows if r.get("metric") == METRIC}
     sentences = []
     for name in dict.fromkeys(row["variant"] for row in table):
         runs = [row for row in table if row["variant"] == name]

@@ -52,7 +52,8 @@ class FP8Probe:
     ``L{ℓ}/bound_worst_case``, ``L{ℓ}/bound_agnostic``, ``L{ℓ}/bound_rank_aware``,
     ``L{ℓ}/scale/{strategy}``, ``L{ℓ}/overflow/{strategy}``, ``L{ℓ}/utilisation/{strategy}``, and
     ``overflow/{strategy}`` (sum over layers). With E4M3, per strategy (practical ones included) also what the
-    saturating cast does and costs (:func:`spanviz.fp8.strategies.cast_stats`, :func:`~spanviz.fp8.strategies.scale_cost`):
+    saturating cast does and costs (:func:`spanviz.fp8.strategies.cast_stats`,
+    :func:`~spanviz.fp8.strategies.scale_cost`):
     ``L{ℓ}/underflow_zero/…``, ``underflow_subnormal``, ``error_scores``, ``error_softmax``, ``scales`` (scale values
     stored), ``reductions`` (amax reductions before the cast), and their totals ``{stat}/{strategy}`` (summed over
     layers; errors: the largest layer's). Values are Python floats / ints.
