@@ -1,4 +1,4 @@
-"""FP8 strategies per row, power of two, MX blocks and 1×128 tiles (spanviz.fp8.strategies), against their definitions."""
+"""FP8 strategies per row, power of two, MX blocks and 1×128 tiles (spanviz.fp8.strategies) against their sources."""
 
 import math
 
