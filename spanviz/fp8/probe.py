@@ -46,7 +46,8 @@ class FP8Probe:
     needs the reduction over the logits first), "theory" (α*(δ)), "agnostic", "deterministic" (α = 1),
     "calibrated" (:class:`CalibratedAlpha`). "dynamic" is not in the default list (the stored runs of notebook 03
     were made without it, and the list is part of their store key): its columns are a function of the recorded
-    amax alone, and :func:`with_dynamic` adds them to any FP8Probe history.
+    amax alone, and :func:`with_dynamic` adds them to any FP8Probe history (not its underflow and error columns,
+    which need the scores).
 
     Keys (all prefixed ``fp8/``; ℓ = layer index): ``L{ℓ}/max_abs_logit``, ``L{ℓ}/sigma``, ``L{ℓ}/gamma``,
     ``L{ℓ}/bound_worst_case``, ``L{ℓ}/bound_agnostic``, ``L{ℓ}/bound_rank_aware``,
