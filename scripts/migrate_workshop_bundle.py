@@ -33,7 +33,8 @@ from pathlib import Path
 from spanviz.data import LOCAL_SOURCE
 from spanviz.spans import SpanConfig
 from spanviz.store import BUNDLE, ResultsStore
-from spanviz.store.archive import archived_record, manifest_keys
+from spanviz.store.archive import archived_record, archived_weights, manifest_keys
+from spanviz.store.weights import unpack_weights
 from spanviz.train import RunRecord
 
 NOT_RECORDED = "not recorded"
@@ -75,7 +76,11 @@ def main(argv: list[str] | None = None) -> int:
             old_about = json.loads(archive.read("manifest.json")).get("about") or {}
             for old_key in keys:
                 record, changes = migrate(archived_record(archive, old_key))
-                key = store.put(record)
+                weights = None  # a run's final weights (the tour's) stay with it
+                if f"weights/{old_key}.pt" in archive.namelist():
+                    packed = archived_weights(archive, old_key, record.config.get("model"))
+                    weights = unpack_weights(packed, old_key, "weights", record.config.get("model"))
+                key = store.put(record, weights=weights)
                 print(f"{old_key[:12]} → {key[:12]}: {'; '.join(changes) or 'unchanged'}")
         replaced_keys = []
         if args.replace_from is not None:

@@ -311,8 +311,8 @@ def test_fp8_training_figure_rows_legend_groups_and_drawn_data():
         rows.setdefault(t.meta["row"], []).append(t)
     assert [t.name for t in rows["overflow"]] == ["delayed", "deterministic", "mx"]
     assert {t.yaxis for t in rows["overflow"]} == {"y"} and {t.yaxis for t in rows["underflow"]} == {"y2"}
-    np.testing.assert_array_equal(rows["overflow"][0].y, [0, 0, 3])
-    np.testing.assert_array_equal(rows["underflow"][0].y, [11, 22, 33])  # to zero + to subnormal
+    np.testing.assert_array_equal(rows["overflow"][0].y, [np.nan, np.nan, 3])  # no overflow: a gap on the log axis
+    np.testing.assert_array_equal(rows["underflow"][0].y, [11, 33, 66])  # to zero + to subnormal, summed so far
     assert all(t.showlegend is False for t in rows["underflow"])  # one legend entry per strategy
     # the coinciding bounds are one line, named for both; the ratio is max |S| ÷ bound
     assert [t.name for t in rows["ratio"]] == ["÷ worst case", "÷ rank-agnostic (= rank-aware here)"]

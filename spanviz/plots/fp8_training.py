@@ -2,7 +2,8 @@
 and how close the max logit came to each weight-derived bound.
 
 Three rows sharing the step axis: E4M3 overflows per step (log y; a step without any is a gap), scores flushed to
-zero or to a subnormal per step (log y), and max |S| ÷ bound (1 = the bound is reached). The legend groups the
+zero or to a subnormal summed up to each step (log y: per step the strategies' counts overlap into one band, their
+sums stay apart), and max |S| ÷ bound (1 = the bound is reached). The legend groups the
 strategies by where their scale comes from — the weights (no reduction before the cast), past steps (delayed), or
 the scores themselves (a reduction per tensor, row, block or tile before the cast) — each strategy one colour from
 the Okabe–Ito palette and its own marker symbol (the second cue), the same in every row.
@@ -36,8 +37,8 @@ STYLE = {  # colour (Okabe–Ito), dash, marker symbol: every strategy its own s
     "mx": ("black", "dashdot", "hexagon"), "tile_1x128": ("orange", "dot", "pentagon"),
 }
 """Per strategy (colour, dash, symbol)."""
-ROWS = ("E4M3 overflows per step (|S·s| > 464; a gap = none)", "scores flushed to zero or to a subnormal per step",
-        "max |S| ÷ bound (above 1: the bound was broken)")
+ROWS = ("E4M3 overflows per step (|S·s| > 464; a gap = none)",
+        "scores flushed to zero or to a subnormal, summed so far", "max |S| ÷ bound (above 1: the bound was broken)")
 BOUND_KEYS = {"worst case": "bound_worst_case", "rank-agnostic": "bound_agnostic", "rank-aware": "bound_rank_aware"}
 
 
@@ -100,8 +101,9 @@ def _num(v: Any) -> float:
 def fp8_training_data(steps: Any, observed: Any, bounds: Mapping[str, Any], overflows: Mapping[str, Any],
                       underflow_zero: Mapping[str, Any] | None = None,
                       underflow_subnormal: Mapping[str, Any] | None = None, **_: Any) -> list[Trace]:
-    """Traces of :func:`fp8_training_figure`, row by row: overflows per strategy (legend), underflows per strategy
-    (to zero + to subnormal; no legend entry of their own), max |S| ÷ bound per distinct bound. Each trace's
+    """Traces of :func:`fp8_training_figure`, row by row: overflows per strategy (legend; 0 drawn as a gap), underflows
+    per strategy (to zero + to subnormal, summed up to each step; no legend entry of their own), max |S| ÷ bound per
+    distinct bound. Each trace's
     ``meta`` is ``{"row": "overflow" | "underflow" | "ratio", "name": strategy or bound}``.
 
     Raises: ValueError for a series whose length differs from ``steps``.
@@ -119,17 +121,20 @@ def fp8_training_data(steps: Any, observed: Any, bounds: Mapping[str, Any], over
     titled: set[str] = set()
     for s, y in overflows.items():
         fam = family(s)
-        traces.append({"type": "scatter", "x": x, "y": col(f"overflows[{s!r}]", y), "name": s,
+        y = col(f"overflows[{s!r}]", y)
+        traces.append({"type": "scatter", "x": x, "y": np.where(y > 0, y, np.nan), "name": s,  # none: a gap
                        **strategy_line(s, len(x)), "legendgroup": fam, "meta": {"row": "overflow", "name": s},
                        **({"legendgrouptitle": {"text": fam}} if fam not in titled else {}),
                        "hovertemplate": f"{s}: %{{y:,}} overflows at step %{{x}}<extra></extra>"})
         titled.add(fam)
     zero, sub = underflow_zero or {}, underflow_subnormal or {}
     for s in zero:
-        y = col(f"underflow_zero[{s!r}]", zero[s]) + col(f"underflow_subnormal[{s!r}]", sub[s])
-        traces.append({"type": "scatter", "x": x, "y": y, "name": s, **strategy_line(s, len(x)),
-                       "legendgroup": family(s), "showlegend": False, "meta": {"row": "underflow", "name": s},
-                       "hovertemplate": f"{s}: %{{y:,}} scores to zero or a subnormal at step %{{x}}<extra></extra>"})
+        y = np.nancumsum(col(f"underflow_zero[{s!r}]", zero[s]) + col(f"underflow_subnormal[{s!r}]", sub[s]))
+        traces.append({"type": "scatter", "x": x, "y": np.where(y > 0, y, np.nan), "name": s,
+                       **strategy_line(s, len(x)), "legendgroup": family(s), "showlegend": False,
+                       "meta": {"row": "underflow", "name": s},
+                       "hovertemplate": f"{s}: %{{y:,}} scores to zero or a subnormal up to step %{{x}}"
+                                        "<extra></extra>"})
     curves = {name: col(f"bounds[{name!r}]", y) for name, y in bounds.items()}
     same = coinciding(curves)
     for i, (name, y) in enumerate(curves.items()):

@@ -77,7 +77,7 @@ def fp8_training_caption(series: Mapping[str, Any], *, gamma: float | None = Non
     take = (f"<b>In short:</b> over {len(steps)} steps <b>{_list(hit)}</b> overflowed; {_list(clean)} never did."
             + when)
     fine = [s for s in SCORES if s in zero and s != "dynamic"]
-    coarse = [s for s in zero if s not in fine]
+    coarse = [s for s in zero if s not in fine and s != "delayed"]  # one scale per tensor, from this step
     if fine and coarse:
         worst = max(coarse, key=lambda s: zero[s].sum() + sub[s].sum())
         best = min(fine, key=lambda s: zero[s].sum() + sub[s].sum())
@@ -86,6 +86,10 @@ def fp8_training_caption(series: Mapping[str, Any], *, gamma: float | None = Non
                  f"{_n(sub[worst].sum())} to subnormals; <b>{best}</b> flushed {_n(zero[best].sum())} and "
                  f"{_n(sub[best].sum())} — and paid {_n(c.get('scales', 0))} scale values and "
                  f"{_n(c.get('reductions', 0))} reductions per step, each finished before its cast.")
+    if "delayed" in zero and zero["delayed"].sum() > 0:
+        first = zero["delayed"][0] + sub["delayed"][0]
+        take += (f" Delayed scaling flushed {_n(zero['delayed'].sum() + sub['delayed'].sum())} in all, "
+                 f"{_n(first)} of them at the first step (step {int(steps[0])}), before it had any history.")
     det = "deterministic" if "deterministic" in over else None
     if det:
         d = cost.get(det, {"scales": None, "reductions": 0})
