@@ -139,3 +139,5 @@ def test_probe_records_practical_strategies_and_costs():
     assert FP8Probe(practical=["mx"]).describe()["practical"] == ["mx"]
     with pytest.raises(ValueError, match="practical"):
         FP8Probe(practical=("blocks",))
+    with pytest.raises(ValueError, match="fmt"):
+        FP8Probe(practical=("mx",), fmt="e5m2")

@@ -107,6 +107,9 @@ class FP8Probe:
         bad = [s for s in practical if s not in PRACTICAL]
         if bad or len(set(practical)) != len(practical):
             raise ValueError(f"practical must be distinct names from {PRACTICAL}, got {practical!r}")
+        if practical and self.fmt != "e4m3":
+            raise ValueError(f"practical strategies cast to E4M3 (MX's element format here): fmt must be 'e4m3', "
+                             f"got fmt={self.fmt!r}")
         self.practical = practical
         # Validate the stateful strategies' settings now; instances are made per layer on first use.
         DelayedScaling(history_len, self.margin, algo, self.fmt)

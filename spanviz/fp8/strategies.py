@@ -156,7 +156,8 @@ def scale_cost(name: str, shape: tuple[int, ...]) -> dict[str, int]:
     Per tensor: "delayed" 1 scale, 0 reductions (from the amax history of earlier steps); "dynamic" (and its
     power-of-two form) 1 scale, 1 reduction over the whole tensor; the geometry-aware ones ("theory",
     "agnostic", "deterministic", "calibrated") 1 scale, 0 reductions (from the weights, before the scores exist).
-    "rowwise"/"rowwise_pow2": one of each per row; "mx": per block of 32 keys; "tile_1x128": per 1×128 tile.
+    "rowwise"/"rowwise_pow2": one of each per row; "mx": per block of 32 keys; "tile_1x128": per 1×128 tile —
+    counted over the whole (..., T) grid (a causal kernel that skips the blocks above the diagonal needs fewer).
     Returns: {"scales": int, "reductions": int}. Raises: ValueError for an unknown name.
     Source: the definitions above; the count of reductions is spanviz's.
     """
