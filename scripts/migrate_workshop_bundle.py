@@ -12,7 +12,10 @@ rewrites the archive in place:
 * ``environment``: ``spanviz``, ``git_commit`` and ``source_sha256`` say "not recorded" and ``provenance`` says
   why and what this script changed;
 * with ``--replace-from ARCHIVE``: runs of that archive (e.g. the tour's default trained here with
-  ``make_workshop_bundle.py --notebooks 00``, with its final weights) replace the runs of the same key.
+  ``make_workshop_bundle.py --notebooks 00``, with its final weights) replace the runs of the same key;
+* with ``--add-from ARCHIVE``: runs of that archive whose key the bundle lacks are added (e.g. notebook 03's default
+  after its probe gained the per-row, MX and 1×128 strategies, which changed its key: ``make_workshop_bundle.py
+  --notebooks 03 --out ARCHIVE``); each run's own environment says where and with which code it ran.
 
 Histories are copied as they are. Source: spanviz.
 """
@@ -20,6 +23,7 @@ Histories are copied as they are. Source: spanviz.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import zipfile
@@ -29,7 +33,8 @@ from pathlib import Path
 from spanviz.data import LOCAL_SOURCE
 from spanviz.spans import SpanConfig
 from spanviz.store import BUNDLE, ResultsStore
-from spanviz.store.archive import archived_record, manifest_keys
+from spanviz.store.archive import archived_record, archived_weights, manifest_keys
+from spanviz.store.weights import unpack_weights
 from spanviz.train import RunRecord
 
 NOT_RECORDED = "not recorded"
@@ -62,14 +67,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bundle", type=Path, default=BUNDLE)
     parser.add_argument("--replace-from", type=Path, default=None, help="an archive whose runs replace same-key runs")
+    parser.add_argument("--add-from", type=Path, default=None, help="an archive whose runs of new keys are added")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         store = ResultsStore(tmp)
         with zipfile.ZipFile(args.bundle) as archive:
             keys = manifest_keys(archive, args.bundle)
+            old_about = json.loads(archive.read("manifest.json")).get("about") or {}
             for old_key in keys:
                 record, changes = migrate(archived_record(archive, old_key))
-                key = store.put(record)
+                weights = None  # a run's final weights (the tour's) stay with it
+                if f"weights/{old_key}.pt" in archive.namelist():
+                    packed = archived_weights(archive, old_key, record.config.get("model"))
+                    weights = unpack_weights(packed, old_key, "weights", record.config.get("model"))
+                key = store.put(record, weights=weights)
                 print(f"{old_key[:12]} → {key[:12]}: {'; '.join(changes) or 'unchanged'}")
         replaced_keys = []
         if args.replace_from is not None:
@@ -83,11 +94,27 @@ def main(argv: list[str] | None = None) -> int:
                 replaced_keys.append(key)
                 print(f"{key[:12]}: replaced by the run of {args.replace_from}"
                       f"{' with its weights' if replaced.has_weights(key) else ''}")
-        about = {"migrated": f"{date.today().isoformat()} by scripts/migrate_workshop_bundle.py (see each run's "
-                             "environment.provenance)"}
+        added_keys = []
+        if args.add_from is not None:
+            added = ResultsStore(Path(tmp) / "added")
+            for key in added.import_report(args.add_from).written:
+                if store.path(key).is_file():
+                    print(f"{key[:12]} of {args.add_from} is in the bundle already: not added")
+                    continue
+                store.put(added.load(key), weights=added.weights(key))
+                added_keys.append(key)
+                print(f"{key[:12]}: added from {args.add_from}")
+        about = {**old_about}  # what earlier migrations said stays
+        about.setdefault("migrated", f"{date.today().isoformat()} by scripts/migrate_workshop_bundle.py (see each "
+                                     "run's environment.provenance)")
         if replaced_keys:
-            about["replaced"] = {key: "by a newer run of the same configuration (its own environment says where and "
-                                      "with which code it ran)" for key in replaced_keys}
+            about["replaced"] = {**about.get("replaced", {}), **{
+                key: "by a newer run of the same configuration (its own environment says where and with which code "
+                     "it ran)" for key in replaced_keys}}
+        if added_keys:
+            about[f"added {date.today().isoformat()}"] = {
+                "what": f"runs of configurations the bundle did not have, from {args.add_from.name} (each run's "
+                        "environment says where and with which code it ran)", "keys": added_keys}
         out = store.export(args.bundle, about=about)
         print(f"{out}: {len(store.list())} runs, {out.stat().st_size / 1e6:.2f} MB")
     return 0

@@ -16,7 +16,9 @@ from spanviz.model import GPTConfig
 from spanviz.widgets import captions
 from spanviz.plots.common import COLORS
 from spanviz.plots.curves import loss_curves_data, relative_change_data
-from spanviz.plots.fp8 import bound_vs_rank_data, fp8_panel_data
+from spanviz.plots.fp8 import bound_vs_rank_data
+from spanviz.plots.fp8_training import fp8_training_data
+from spanviz.widgets.fp8_caption import fp8_training_caption
 
 SMALL = GPTConfig(vocab_size=64, context_length=24, n_layer=1, n_head=2, d_model=32)  # d_head 16 < T 24
 SPANS = dict(alpha_label="kv8 [1 0 0 0]", alphas=(1.0, 0.0, 0.0, 0.0), twin_label="standard, seed 1", seed=0,
@@ -78,22 +80,37 @@ def test_max_logit_and_seed_peak_captions():
     assert f"MHSA 89.4, 78.8 (mean 84.1 ± {statistics.stdev([89.4, 78.8]):.3g})" in t
 
 
-def test_fp8_caption_counts_are_the_strip_and_overflow_rows():
+def test_fp8_training_caption_numbers_are_the_figures_data():
     steps = np.arange(6.0)
+    zeros = np.zeros(6)
     series = {"steps": steps, "observed": np.array([1.0, 2.0, 6.0, 7.0, 3.0, 8.0]),
               "bounds": {"worst case": np.full(6, 10.0), "rank-agnostic": np.full(6, 5.0),
                          "rank-aware": np.full(6, 5.0)},
-              "scales": {"delayed": np.ones(6), "dynamic": np.ones(6)},
-              "overflows": {"delayed": np.array([0, 0, 1200, 0, 0, 3]), "dynamic": np.zeros(6)}}
-    t = text(captions.fp8_caption(series, gamma=4.49, r=16))
-    drawn = fp8_panel_data(**series)
-    strip = {tr["name"].split(":")[0]: tr for tr in drawn if tr["name"].startswith("above ")}
-    assert len(strip["above rank-aware"]["x"]) == 3 and list(strip["above rank-aware"]["x"]) == [2, 3, 5]
-    assert "above the rank-aware bound at 3 of 6 steps (first at step 2)" in t
-    assert "never above the worst case bound (it cannot be)" in t
-    assert "coincide at every step: γ·r = 4.49 × 16 = 71.8" in t
-    assert "delayed 1,203 at 2 steps (first at step 2); dynamic 0" in t
-    assert "reduction over every logit before the cast" in t  # what dynamic scaling costs, next to what it buys
+              "overflows": {"delayed": np.array([0, 0, 1200, 0, 0, 3]), "deterministic": zeros, "rowwise": zeros,
+                            "mx": np.array([4, 4, 5, 4, 4, 4])},
+              "underflow_zero": {"delayed": np.array([0, 0, 0, 50, 50, 50]), "deterministic": np.ones(6),
+                                 "rowwise": zeros, "mx": zeros},
+              "underflow_subnormal": {"delayed": np.full(6, 10.0), "deterministic": np.full(6, 2.0),
+                                      "rowwise": np.ones(6), "mx": np.ones(6)},
+              "error_softmax": {s: np.full(6, 0.01) for s in ("delayed", "deterministic", "rowwise", "mx")},
+              "cost": {"delayed": {"scales": 2, "reductions": 0}, "deterministic": {"scales": 2, "reductions": 0},
+                       "rowwise": {"scales": 4096, "reductions": 4096}, "mx": {"scales": 8192, "reductions": 8192}}}
+    t = text(fp8_training_caption(series, gamma=4.49, r=16, n_keys=4096, spike=(2, 1, 30.0)))
+    drawn = {(tr["meta"]["row"], tr["meta"]["name"]): tr for tr in fp8_training_data(**series)}
+    total = {s: int(np.nansum(drawn[("overflow", s)]["y"])) for s in series["overflows"]}
+    assert total == {"delayed": 1203, "deterministic": 0, "rowwise": 0, "mx": 25}
+    assert "over 6 steps delayed, mx overflowed; deterministic, rowwise never did." in t
+    assert "Through the LR spike (×30 from step 2) and after it, delayed, mx overflowed." in t
+    under = {s: int(np.nan_to_num(drawn[("underflow", s)]["y"][-1])) for s in series["underflow_zero"]}
+    assert under["delayed"] == 150 + 60 and under["rowwise"] == 6
+    assert "deterministic flushed 6 scores to zero and 12 to subnormals; rowwise flushed 0 and 6" in t
+    assert "Delayed scaling flushed 210 in all, 10 of them at the first step (step 0)" in t
+    assert "paid 4,096 scale values and 4,096 reductions per step" in t
+    assert "deterministic scale never overflowed with 0 reductions" in t and "a guarantee, not a measurement" in t
+    assert "the rank-aware bound at 3 of 6 steps (first at step 2), at most 1.60× it" in t
+    assert "γ = 4.49 is solved for N = 4,096 keys per layer" in t and "γ·r = 4.49 × 16 = 71.8" in t
+    assert "(25 over the run)" in t  # MX's clipped block maxima, the drawn count
+    assert fp8_training_caption({**series, "steps": np.zeros(0)}) == ""
 
 
 def test_bounds_caption_numbers_are_the_bounds_vs_rank_figure():

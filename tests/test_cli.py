@@ -354,6 +354,7 @@ BAD_COMMANDS = [
     (["sweep", "spans", "--steps", "0"], "--steps"),
     (["sweep", "fp8", "--steps", "1"], "--steps"),
     (["sweep", "spans", "--scenario", "none"], "--scenario"),
+    (["sweep", "spans", "--practical"], "--practical"),
     (["sweep", "ls", "--model", "context=32"], "--model"),
     (["sweep", "ls", "--model", "n_head=3"], "n_head"),
     (["sweep", "ls", "--train", "lr"], "--train takes KEY=VALUE"),
@@ -461,6 +462,23 @@ def test_sweep_fp8_runs_and_prints_its_table(data_flags, tmp_path, capsys):
     assert len(runs[0]["history"]["step"]) == 4
     per_seed = read_per_seed(tmp_path / "fp8.per_seed.csv")  # beside the summary, for recomputing the verdicts
     assert {row["seed"] for row in per_seed} == {0, 1} and "overflow_during" in per_seed[0]
+
+
+def test_sweep_fp8_practical_strategies_and_their_costs(data_flags, tmp_path, capsys):
+    out = tmp_path / "fp8p.json"
+    rc = main(["sweep", "fp8", "--steps", "3", "--seeds", "2", "--scenario", "none", "--practical", "--no-store",
+               "--model", "context_length=16", "--model", "d_model=16", "--train", "batch_size=2",
+               "--train", "warmup_steps=1", *data_flags, "--out", str(out)])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    assert "underflow_zero" in captured.out and "mx" in captured.out
+    per_seed = read_per_seed(tmp_path / "fp8p.per_seed.csv")
+    rows = {(r["strategy"], r["seed"], r["margin"]): r for r in per_seed}
+    assert {s for s, _, _ in rows} >= {"delayed", "rowwise", "rowwise_pow2", "mx", "tile_1x128"}
+    mx, dyn, det = rows[("mx", 0, 0)], rows[("dynamic", 0, 0)], rows[("deterministic", 0, 0)]
+    # per layer (2) and probe batch row (2 × 4 heads × 16 queries): one scale and one reduction per block of 32 keys
+    assert mx["scales"] == mx["reductions"] == 2 * 2 * 4 * 16 and dyn["reductions"] == 2 and det["reductions"] == 0
+    assert all(r["underflow_zero"] is not None and r["error_softmax"] is not None for r in per_seed)
 
 
 def test_sweep_overrides_and_the_ls_tokenizer(data_flags, tmp_path, capsys):

@@ -33,6 +33,7 @@ from spanviz import plots
 from spanviz.experiments.growth import LABELS, VARIANTS
 from spanviz.fp8.demos import BoundsVsRank
 from spanviz.plots.alphas import alpha_response_figure
+from spanviz.plots.fp8_training import STRATEGY_ORDER
 from spanviz.plots.growth import growth_curves_figure, lr_sweep_figure
 from spanviz.spans.demos import span_toy
 
@@ -171,7 +172,6 @@ def figures() -> dict[str, go.Figure]:
     n = len(steps)
     rng = np.random.default_rng(1)
     bounds = BoundsVsRank(d_model=64, d_head=16, n_tokens=64).curves(1e-3, 0, 8)
-    strategies = ("delayed", "dynamic", "deterministic", "theory", "agnostic")
     observed = 10 + np.cumsum(rng.random(n))
     return {
         "loss curves": plots.loss_curves_figure(
@@ -186,10 +186,11 @@ def figures() -> dict[str, go.Figure]:
             {pair: np.sort(rng.random(8)) * np.pi / 2 for pair in ("Q–K", "Q–V", "K–V")}),
         "T = 3 toy": plots.span_toy_figure(span_toy(seed=0), (1.0, 0.0)),
         "bounds vs rank": plots.bound_vs_rank_figure(**bounds),
-        "FP8 training": plots.fp8_panel_figure(
+        "FP8 training": plots.fp8_training_figure(
             steps, observed, {"worst case": observed * 9, "rank-agnostic": observed * 3, "rank-aware": observed * 2},
-            {s: 448 / observed / (k + 1) for k, s in enumerate(strategies)},
-            {s: rng.integers(0, 5, n) for s in strategies}, spike=(80, 5, 30.0), max_step=300),
+            {s: rng.integers(0, 5, n) for s in STRATEGY_ORDER},
+            {s: rng.integers(0, 5, n) for s in STRATEGY_ORDER}, {s: rng.integers(0, 5, n) for s in STRATEGY_ORDER},
+            spike=(80, 5, 30.0), max_step=300),
         "LR sweep (growth lab)": lr_sweep_figure(lab_runs(), labels=LABELS),
         "max logit at one LR (growth lab)": growth_curves_figure(lab_runs(), 0.1, labels=LABELS),
         "α response": alpha_response_figure(*alpha_rows()),

@@ -10,6 +10,7 @@ from spanviz import plots
 from spanviz.plots.common import layer_series, series
 from spanviz.plots.curves import seed_band
 from spanviz.plots.fp8 import STRATEGY_COLORS, bound_color
+from spanviz.plots.fp8_training import BOUND_KEYS, STRATEGY_ORDER, STYLE, fp8_series
 from spanviz.plots.local_global import head_mask_columns, head_masks_data, mask_gap
 from spanviz.plots.span_blocks import DIM_OPACITY, span_block_cells, span_blocks_data, span_blocks_layout
 from spanviz.spans.demos import span_toy
@@ -304,61 +305,62 @@ def test_max_logit_one_line_per_run_and_layer():
 
 
 # ------------------------------------------------------------------------------------------------ FP8
-def test_fp8_panel_rows_order_strip_of_crossings_and_spike():
+def test_fp8_training_figure_rows_legend_groups_and_drawn_data():
     steps = [0, 1, 2]
-    fig = plots.fp8_panel_figure(
-        steps,
-        observed=[1.0, 20.0, 30.0],
-        bounds={"worst case": [50.0] * 3, "rank-aware": [10.0] * 3},
-        scales={"delayed": [448.0, 224.0, 224.0], "theory": [44.8] * 3},
-        overflows={"delayed": [0, 0, 3], "theory": [0, 0, 0]},
+    same = [10.0] * 3
+    fig = plots.fp8_training_figure(
+        steps, observed=[1.0, 20.0, 30.0],
+        bounds={"worst case": [50.0] * 3, "rank-agnostic": same, "rank-aware": same},
+        overflows={"delayed": [0, 0, 3], "deterministic": [0, 0, 0], "mx": [5, 6, 7]},
+        underflow_zero={"delayed": [1, 2, 3], "deterministic": [0, 0, 1], "mx": [0, 0, 0]},
+        underflow_subnormal={"delayed": [10, 20, 30], "deterministic": [1, 1, 1], "mx": [2, 2, 2]},
         spike=(1, 1, 30.0), max_step=100,
     )
-    assert len(fig.data) == 1 + 2 + 2 + 2 + 2
-    assert fig.data[0].name == "observed max |S|"
-    axes = [t.yaxis for t in fig.data]
-    assert axes == ["y"] * 3 + ["y2"] * 2 + ["y3"] * 2 + ["y4"] * 2
-    # the crossings are a strip below the curves, one row per bound, not markers over them
-    above_wc, above_ra = fig.data[3], fig.data[4]
-    assert list(above_wc.x) == [] and list(above_ra.x) == [1, 2] and list(above_ra.y) == [1, 1]  # 20, 30 > 10
-    assert above_ra.name == "above rank-aware: 2 of 3 steps"
-    assert list(fig.layout.yaxis2.ticktext) == ["worst case", "rank-aware"]
-    np.testing.assert_array_equal(fig.data[7].y, [0, 0, 3])
-    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis3.type == "log"
-    assert fig.layout.yaxis.minorloglabels == fig.layout.yaxis3.minorloglabels == "complete"  # 20, 50; not 2, 5
-    assert [fig.layout[f"xaxis{i}"].showticklabels for i in ("", "2", "3", "4")] == [True] * 4
-    assert [fig.layout[f"xaxis{i}"].range for i in ("", "2", "3", "4")] == [(0, 100)] * 4
-    assert len([s for s in fig.layout.shapes if s.type == "rect"]) == 4  # the spike, in every row
-    # named once, in the legend (a label inside the first row sat on the bound curves)
+    rows = {}
+    for t in fig.data:
+        rows.setdefault(t.meta["row"], []).append(t)
+    assert [t.name for t in rows["overflow"]] == ["delayed", "deterministic", "mx"]
+    assert {t.yaxis for t in rows["overflow"]} == {"y"} and {t.yaxis for t in rows["underflow"]} == {"y2"}
+    np.testing.assert_array_equal(rows["overflow"][0].y, [np.nan, np.nan, 3])  # no overflow: a gap on the log axis
+    np.testing.assert_array_equal(rows["underflow"][0].y, [11, 33, 66])  # to zero + to subnormal, summed so far
+    assert all(t.showlegend is False for t in rows["underflow"])  # one legend entry per strategy
+    # the coinciding bounds are one line, named for both; the ratio is max |S| ÷ bound
+    assert [t.name for t in rows["ratio"]] == ["÷ worst case", "÷ rank-agnostic (= rank-aware here)"]
+    np.testing.assert_allclose(rows["ratio"][1].y, [0.1, 2.0, 3.0])
+    np.testing.assert_allclose(rows["ratio"][0].y, [0.02, 0.4, 0.6])
+    # legend grouped by where the scale comes from, titled once per group
+    titles = [t.legendgrouptitle.text for t in fig.data if t.legendgrouptitle and t.legendgrouptitle.text]
+    assert titles == ["scale from past steps: no reduction", "scale from the weights: no reduction before the cast",
+                      "scale from the scores: a reduction per tensor / row / block before the cast",
+                      "max |S| ÷ each bound (from the weights)"]
+    # every strategy its own symbol (the second cue beside the colour)
+    assert len({STYLE[s][2] for s in STYLE}) == len(STYLE) == len(STRATEGY_ORDER)
+    assert rows["overflow"][2].marker.symbol == STYLE["mx"][2]
+    assert fig.layout.yaxis.type == fig.layout.yaxis2.type == fig.layout.yaxis3.type == "log"
+    assert len([s for s in fig.layout.shapes if s.type == "rect"]) == 3  # the spike, in every row
     assert [s.name for s in fig.layout.shapes if s.showlegend] == ["LR spike ×30, step 1"]
-    assert not fig.layout.annotations or all("spike" not in a.text for a in fig.layout.annotations)
-    groups = {t.legendgroup for t in fig.data}
-    assert groups == {"logits", "above", "scales", "overflows"}
+    assert [fig.layout[f"xaxis{i}"].range for i in ("", "2", "3")] == [(0, 100)] * 3
     with pytest.raises(ValueError, match="observed"):
-        plots.fp8_panel_figure(steps, [1.0], {}, {}, {})
+        plots.fp8_training_figure(steps, [1.0], {}, {})
 
 
-def test_fp8_colors_are_one_per_strategy_and_coinciding_bounds_say_so():
-    steps = [0, 1]
-    same = [5.0, 6.0]
-    fig = plots.fp8_panel_figure(
-        steps, observed=[1.0, 2.0], bounds={"worst case": [9.0, 9.0], "rank-agnostic": same, "rank-aware": same},
-        scales={s: [1.0, 1.0] for s in STRATEGY_COLORS}, overflows={s: [0, 0] for s in STRATEGY_COLORS})
-    names = [t.name for t in fig.data]
-    assert "bound: rank-agnostic (= rank-aware here)" in names and "bound: rank-aware (= rank-agnostic here)" in names
-    agnostic, aware = fig.data[2], fig.data[3]
-    assert agnostic.line.width > 2 * aware.line.width and aware.line.dash == "dot"  # both visible when equal
-    scales = [t for t in fig.data if t.name.startswith("scale: ")]
-    assert scales[1].name == "scale: agnostic (= deterministic here)"  # equal curves say so, drawn thinner on top
-    assert scales[0].line.width > scales[1].line.width and all(t.line.width == scales[1].line.width for t in scales[1:])
-    assert len({t.line.dash for t in scales}) == len(scales)  # each strategy its dash: a second cue beside the colour
-    scale_colors = [t.line.color for t in scales]
-    assert len(set(scale_colors)) == len(STRATEGY_COLORS)  # no two strategies share a color
-    hues = []
-    for c in scale_colors:  # and no two are near-identical shades (the pinks of the old palette)
-        r, g, b = (int(c[i:i + 2], 16) / 255 for i in (1, 3, 5))
-        hues.append(np.array([r, g, b]))
-    assert min(np.abs(a - b).sum() for i, a in enumerate(hues) for b in hues[i + 1:]) > 0.3
+def test_fp8_series_from_a_probe_history_with_and_without_cast_columns():
+    h = {"step": [0, 1], "fp8/L0/max_abs_logit": [1.0, 2.0], "fp8/L1/max_abs_logit": [3.0, 1.0]}
+    for ell in (0, 1):
+        h.update({f"fp8/L{ell}/{k}": [5.0, 6.0] for k in BOUND_KEYS.values()})
+        h.update({f"fp8/L{ell}/overflow/delayed": [ell, 2], f"fp8/L{ell}/scale/delayed": [1.0, 0.5],
+                  f"fp8/L{ell}/overflow/mx": [1, 1], f"fp8/L{ell}/underflow_zero/mx": [ell, 0],
+                  f"fp8/L{ell}/underflow_subnormal/mx": [2, 2], f"fp8/L{ell}/error_softmax/mx": [0.1 * ell, 0.0],
+                  f"fp8/L{ell}/scales/mx": [8, 8], f"fp8/L{ell}/reductions/mx": [8, 8]})
+    s = fp8_series(h)
+    np.testing.assert_array_equal(s["observed"], [3.0, 2.0])
+    np.testing.assert_array_equal(s["overflows"]["delayed"], [1, 4])
+    assert list(s["overflows"]) == ["delayed", "mx"] and list(s["underflow_zero"]) == ["mx"]  # delayed: not recorded
+    np.testing.assert_array_equal(s["underflow_subnormal"]["mx"], [4, 4])
+    assert s["cost"] == {"mx": {"scales": 16, "reductions": 16}} and s["error_softmax"]["mx"][0] == 0.1
+
+
+def test_fp8_colors_and_bound_colours():
     # a bound and the strategy whose scale it gives share the color
     assert bound_color("rank-aware") == STRATEGY_COLORS["theory"]
     assert bound_color("worst case × 2^1") == STRATEGY_COLORS["deterministic"]

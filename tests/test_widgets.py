@@ -300,7 +300,7 @@ def test_fp8_training_figure_marks_the_planned_spike_before_training():
     panel.controls["spike_factor"].value = 10.0
     layout = panel.views["train/fp8"].layout
     rects = [s for s in layout["shapes"] if s["type"] == "rect"]
-    assert len(rects) == 4 and rects[0]["x0"] == 59.5  # every row, from the start
+    assert len(rects) == 3 and rects[0]["x0"] == 59.5  # every row, from the start
     assert layout["xaxis"]["range"] == [0, 200]
     assert [s["name"] for s in layout["shapes"] if s.get("showlegend")] == ["LR spike ×10, steps 60–64"]
 
@@ -492,9 +492,11 @@ def test_spans_and_fp8_panels_train_with_real_trainer():
     (label,) = fp.training.histories
     assert label == "rank 4"
     fig = fp.views["train/fp8"].figure
-    names = [t.name for t in fig.data]
-    assert "observed max |S|" in names and "overflows: delayed" in names
+    rows = {(t.meta["row"], t.meta["name"]) for t in fig.data}
+    assert {("overflow", "delayed"), ("overflow", "mx"), ("underflow", "rowwise"), ("ratio", "worst case")} <= rows
     assert len(fig.data[0].x) == TINY_TRAIN.steps
+    caption = fp._fp8_caption(fp.training.histories)
+    assert "reductions / step" in caption and "Where the bound from the weights still matters" in caption
 
 
 def test_append_rows_backfills_new_keys_and_job_validation():

@@ -22,6 +22,7 @@ from spanviz.cli.common import (
 from spanviz.experiments import save_sweep
 from spanviz.experiments import alphas as alphas_experiment
 from spanviz.experiments import fp8 as fp8_experiment
+from spanviz.fp8.strategies import PRACTICAL
 from spanviz.experiments import growth as growth_experiment
 from spanviz.experiments import ls as ls_experiment
 from spanviz.experiments import spans as spans_experiment
@@ -56,6 +57,9 @@ class SweepCommand:
     """updates per run; default: the experiment's for its size."""
     scenario: Literal["lr_spike", "weight_swap", "none"] | None = None
     """fp8 only: run just this transient (default: none, lr_spike and weight_swap, each at margins 0 and 1)."""
+    practical: bool = False
+    """fp8 only: add per-row, per-row power-of-two, MX (blocks of 32) and 1×128-tile scaling, with underflows, cast
+    errors and each strategy's cost (scales stored, reductions before the cast) in the table."""
     lrs: tuple[float, ...] | None = None
     """growth only: the peak learning rates of the sweep (default 0.003 0.01 0.03 0.1 0.3)."""
     variants: tuple[str, ...] | None = None
@@ -200,6 +204,8 @@ def cmd_sweep(cmd: SweepCommand, given: Collection[str] = ()) -> int:
         raise UsageError(f"--steps {cmd.steps}: must be an integer >= {low}")
     if cmd.scenario is not None and experiment != "fp8":
         raise UsageError(f"--scenario {cmd.scenario}: applies to sweep fp8 only")
+    if cmd.practical and experiment != "fp8":
+        raise UsageError("--practical: applies to sweep fp8 only")
     for flag, value, owner in (("--lrs", cmd.lrs, "growth"), ("--variants", cmd.variants, "growth"),
                                ("--values", cmd.values, "alphas")):
         if value is not None and experiment != owner:
@@ -297,6 +303,8 @@ def run_sweep(cmd: SweepCommand, executor: Any, data: Any, seeds: int | None, st
         kwargs["steps"] = steps
     if cmd.scenario is not None:
         kwargs["scenarios"] = (cmd.scenario,)
+    if cmd.practical:
+        kwargs["practical"] = PRACTICAL
     if seeds is not None:
         kwargs["seeds"] = seeds
     outcomes = {"replayed": 0, "trained": 0, "failed": 0}

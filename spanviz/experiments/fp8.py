@@ -44,7 +44,7 @@ from spanviz.experiments.core import check_train_overrides, run_grid, seed_list
 from spanviz.experiments.results import format_table
 from spanviz.experiments.stats import compare_groups
 from spanviz.experiments.executors import Executor, make_executor
-from spanviz.experiments.fp8_runs import METRIC, alpha_obs, overflow_rows, sweep_verdict
+from spanviz.experiments.fp8_runs import CAST_METRICS, METRIC, alpha_obs, overflow_rows, sweep_verdict
 from spanviz.model import GPTConfig, LowRankQuery
 from spanviz.train import TrainConfig
 from spanviz.validators import check_choice, check_float, check_int
@@ -162,6 +162,7 @@ def fp8_sweep(
     train: Mapping[str, Any] | None = None,
     device: str = "cpu",
     window: int = 10,
+    practical: Sequence[str] = (),
     data_dir: str | os.PathLike[str] | None = None,
     max_vocab: int | None = 8192,
     callbacks: Sequence[Callable[[Any, dict[str, Any]], None]] = (),
@@ -184,6 +185,10 @@ def fp8_sweep(
         lr_spike_factor, lr_spike_steps, scale_wq / checkpoint_path, layer: the transients (see
             :func:`fp8_transients`).
         strategies, delta, fmt, history_len, burn_in: for :class:`spanviz.fp8.FP8Probe`.
+        practical: the probe's fine-grained strategies (:data:`spanviz.fp8.strategies.PRACTICAL`: per row, per row
+            rounded to a power of two, MX blocks of 32, 1×128 tiles); when given, the per-seed table gets a row for
+            each, and every strategy is also compared with delayed on :data:`~.fp8_runs.CAST_METRICS` (underflows
+            and errors of the cast); per-seed ``scales`` / ``reductions`` give each one's cost per update.
         model, train: :data:`DEFAULT_MODEL` / :data:`DEFAULT_TRAIN` overrides. device: TrainConfig device.
         window: updates counted as "during the transient" from the first affected update, >= 1.
         callbacks: extra trainer callbacks for every trained run (e.g. per-update progress).
@@ -223,11 +228,11 @@ def fp8_sweep(
     at_step = steps // 2 if at_step is None else at_step
     check_int("at_step", at_step, 0, steps - 2)
     check_int("window", window, 1)
-    strategies = tuple(strategies)
+    strategies, practical = tuple(strategies), tuple(practical)
 
     def make_probe(margin: float) -> fp8.FP8Probe:
         return fp8.FP8Probe(every=1, delta=delta, margin=margin, strategies=strategies, fmt=fmt,
-                            history_len=history_len, burn_in=burn_in)  # fmt: skip
+                            history_len=history_len, burn_in=burn_in, practical=practical)  # fmt: skip
 
     for margin in margins:
         make_probe(margin)  # validates margin, delta, strategies, ... before loading data
@@ -273,12 +278,16 @@ def fp8_sweep(
                 "status": record.status}  # fmt: skip
         runs.append({**head, "history": history})
         alpha = alpha_obs(record, model_cfg.n_layer)
-        for row in overflow_rows(history, head["seed"], strategies, event[scenario], window, model_cfg.n_layer):
+        names = (*strategies, *practical)
+        for row in overflow_rows(history, head["seed"], names, event[scenario], window, model_cfg.n_layer):
             table.append({**head, **row, **alpha})
     done = {row["variant"] for row in table}
+    metrics = (METRIC, *CAST_METRICS) if practical else (METRIC,)
     specs = [
         {"scenario": setting[name][0], "margin": setting[name][1], "where": {"variant": name}, "by": "strategy",
-         "baseline": "delayed" if "delayed" in strategies else None, "variants": list(strategies), "metric": METRIC}
+         "baseline": "delayed" if "delayed" in strategies else None, "variants": [*strategies, *practical],
+         "metric": metric}
+        for metric in metrics
         for name in variants
         if name in done
     ]  # fmt: skip
@@ -288,13 +297,14 @@ def fp8_sweep(
         "per_seed": table,
         "comparisons": specs,
         "runs": runs,
-        "verdict": sweep_verdict(table, rows, strategies),
+        "verdict": sweep_verdict(table, rows, [*strategies, *practical]),
         "event_step": event,
         "window": window,
-        "strategies": list(strategies),
+        "strategies": [*strategies, *practical],
         "variants": {n: {"model": m.to_dict(), "train": t.to_dict()} for n, (m, t) in variants.items()},
         "settings": {"size": size, "seeds": seeds, "steps": steps, "scenarios": list(scenarios),
                      "margins": list(margins), "fmt": fmt, "delta": delta, "history_len": history_len,
+                     "practical": list(practical),
                      "burn_in": burn_in, "lr_spike_factor": lr_spike_factor, "lr_spike_steps": lr_spike_steps,
                      **transient},  # fmt: skip
         "data": data.describe(),

@@ -12,6 +12,12 @@ from spanviz.train import RunRecord
 
 METRIC = "overflow_during"
 """The compared per-seed number: overflowing logits in the transient window (summed over layers and steps)."""
+CAST_METRICS = ("underflow_zero", "underflow_subnormal", "error_scores", "error_softmax", "error_softmax_during")
+"""Per-seed numbers of the cast itself (:mod:`spanviz.fp8.strategies`), compared too when the sweep has the practical
+strategies: scores flushed to zero and to subnormals (summed over the run), the relative error of the cast scores and
+of the softmax (median over updates; ``_during``: the largest in the transient window)."""
+COST_COLUMNS = ("scales", "reductions")
+"""Per update (summed over layers): scale values stored, and amax reductions that must finish before the cast."""
 
 
 def overflow_rows(
@@ -44,19 +50,38 @@ def overflow_rows(
             values = [u for u in layer_utils if u is not None]
             if values:
                 utils.append(max(values))
-        rows.append(
-            {
-                "seed": seed,
-                "strategy": s,
-                "overflow_before": before,
-                "overflow_during": during,
-                "overflow_after": after,
-                "steps_with_overflow": n_steps,
-                "first_overflow_step": first,
-                "median_utilisation": statistics.median(utils) if utils else None,
-            }
-        )
+        rows.append({**_base_row(seed, s, before, during, after, n_steps, first, utils),
+                     **_cast_columns(history, s, event_step, window)})
     return rows
+
+
+def _cast_columns(history: Mapping[str, list[Any]], s: str, event_step: int, window: int) -> dict[str, Any]:
+    """Underflows summed over the run, errors' median over updates (and max in the window), cost per update."""
+    steps = history["step"]
+
+    def col(stat: str) -> list[tuple[int, Any]]:
+        return [(t, v) for t, v in zip(steps, history.get(f"fp8/{stat}/{s}", [])) if v is not None]
+
+    out: dict[str, Any] = {}
+    for stat in ("underflow_zero", "underflow_subnormal"):
+        values = col(stat)
+        out[stat] = sum(v for _, v in values) if values else None
+    for stat in ("error_scores", "error_softmax"):
+        values = [v for _, v in col(stat)]
+        out[stat] = statistics.median(values) if values else None
+    during = [v for t, v in col("error_softmax") if event_step <= t < event_step + window]
+    out["error_softmax_during"] = max(during) if during else None
+    for stat in COST_COLUMNS:
+        values = [v for _, v in col(stat)]
+        out[stat] = values[-1] if values else None
+    return out
+
+
+def _base_row(seed: int, s: str, before: int, during: int, after: int, n_steps: int, first: int | None,
+              utils: list[float]) -> dict[str, Any]:
+    return {"seed": seed, "strategy": s, "overflow_before": before, "overflow_during": during, "overflow_after": after,
+            "steps_with_overflow": n_steps, "first_overflow_step": first,
+            "median_utilisation": statistics.median(utils) if utils else None}  # fmt: skip
 
 
 def alpha_obs(record: RunRecord, n_layer: int) -> dict[str, float | None]:
@@ -80,7 +105,7 @@ def alpha_obs(record: RunRecord, n_layer: int) -> dict[str, float | None]:
 def sweep_verdict(table: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]], strategies: Sequence[str]
                   ) -> str:
     """Per scenario and margin: in how many seeds each strategy overflowed in the window, and its test."""
-    tests = {(r["scenario"], r["margin"], r["strategy"]): r["verdict"] for r in rows}
+    tests = {(r["scenario"], r["margin"], r["strategy"]): r["verdict"] for r in rows if r.get("metric") == METRIC}
     sentences = []
     for name in dict.fromkeys(row["variant"] for row in table):
         runs = [row for row in table if row["variant"] == name]
@@ -96,4 +121,4 @@ def sweep_verdict(table: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str
     return " ".join(sentences)
 
 
-__all__ = ["METRIC", "alpha_obs", "overflow_rows", "sweep_verdict"]
+__all__ = ["CAST_METRICS", "COST_COLUMNS", "METRIC", "alpha_obs", "overflow_rows", "sweep_verdict"]

@@ -24,6 +24,9 @@ and what only this technique needs:
 * :mod:`~spanviz.fp8.scaling` — strategies: ``strategy_alpha``, ``CalibratedAlpha``, Transformer Engine-style
   ``DelayedScaling``, and dynamic (current-amax) ``dynamic_scale``;
 * :mod:`~spanviz.fp8.casting` — FP8 mechanics: :func:`fake_quantize`, :func:`count_overflow`, ``utilisation``.
+* :mod:`~spanviz.fp8.strategies` — FP8 scaling as practitioners do it: per row (torchao), power of two, MX blocks
+  of 32 (OCP MX v1.0), 1×128 tiles (DeepSeek-V3); ``cast_stats`` (overflows, underflows to zero / subnormal, cast
+  errors) and ``scale_cost`` (scales stored, reductions before the cast).
 
 This face holds the names notebook 03 and the docs use; every other name is imported from its defining module.
 """

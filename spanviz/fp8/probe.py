@@ -17,8 +17,14 @@ from spanviz.fp8.casting import count_overflow, utilisation
 from spanviz.fp8.core import FORMATS, check_delta, geometry_scale, logit_bounds
 from spanviz.fp8.folding import check_bilinear, layer_sigma
 from spanviz.fp8.scaling import STRATEGIES, CalibratedAlpha, DelayedScaling, dynamic_scale, strategy_alpha
+from spanviz.fp8.strategies import PRACTICAL, cast_stats, practical_scales, scale_cost
 from spanviz.contexts import eval_mode
 from spanviz.validators import check_choice, check_float, check_int
+
+
+SUMMED = ("overflow", "underflow_zero", "underflow_subnormal", "scales", "reductions")
+WORST = ("error_scores", "error_softmax")
+"""Per-strategy columns of the probe's totals: summed over layers, or the largest over layers."""
 
 
 class FP8Probe:
@@ -40,18 +46,27 @@ class FP8Probe:
     needs the reduction over the logits first), "theory" (α*(δ)), "agnostic", "deterministic" (α = 1),
     "calibrated" (:class:`CalibratedAlpha`). "dynamic" is not in the default list (the stored runs of notebook 03
     were made without it, and the list is part of their store key): its columns are a function of the recorded
-    amax alone, and :func:`with_dynamic` adds them to any FP8Probe history.
+    amax alone, and :func:`with_dynamic` adds them to any FP8Probe history (not its underflow and error columns,
+    which need the scores).
 
     Keys (all prefixed ``fp8/``; ℓ = layer index): ``L{ℓ}/max_abs_logit``, ``L{ℓ}/sigma``, ``L{ℓ}/gamma``,
     ``L{ℓ}/bound_worst_case``, ``L{ℓ}/bound_agnostic``, ``L{ℓ}/bound_rank_aware``,
     ``L{ℓ}/scale/{strategy}``, ``L{ℓ}/overflow/{strategy}``, ``L{ℓ}/utilisation/{strategy}``, and
-    ``overflow/{strategy}`` (sum over layers). Values are Python floats / ints.
+    ``overflow/{strategy}`` (sum over layers). With E4M3, per strategy (practical ones included) also what the
+    saturating cast does and costs (:func:`spanviz.fp8.strategies.cast_stats`,
+    :func:`~spanviz.fp8.strategies.scale_cost`):
+    ``L{ℓ}/underflow_zero/…``, ``underflow_subnormal``, ``error_scores``, ``error_softmax``, ``scales`` (scale values
+    stored), ``reductions`` (amax reductions before the cast), and their totals ``{stat}/{strategy}`` (summed over
+    layers; errors: the largest layer's). Values are Python floats / ints.
 
     Args:
         every: probe period in steps, >= 1. delta: δ in (0, 1). margin: >= 0 (all strategies).
         strategies: subset of ("delayed", "dynamic", "theory", "agnostic", "deterministic", "calibrated").
         fmt: "e4m3" or "e5m2". power_of_two: round geometry-aware scales down to powers of two.
         history_len, algo: for "delayed". kappa, burn_in, decay: for "calibrated".
+        practical: names from :data:`spanviz.fp8.strategies.PRACTICAL` ("rowwise", "rowwise_pow2", "mx",
+            "tile_1x128"): scales per row / block / tile from the scores themselves (no ``scale`` or
+            ``utilisation`` column; in the store key only when given).
     Optional protocol parts: ``describe()`` (settings), ``state_dict()`` / ``load_state_dict()`` (the
     delayed-scaling histories and calibration survive a checkpoint resume).
 
@@ -76,6 +91,7 @@ class FP8Probe:
         kappa: float = 2.0,
         burn_in: int = 20,
         decay: float = 0.99,
+        practical: Sequence[str] = (),
     ) -> None:
         self.every = check_int("every", every, 1)
         self.delta = check_delta(delta)
@@ -87,6 +103,14 @@ class FP8Probe:
         self.strategies = strategies
         self.fmt = check_choice("fmt", fmt, FORMATS)
         self.power_of_two = bool(power_of_two)
+        practical = tuple(practical) if isinstance(practical, (list, tuple)) else (practical,)
+        bad = [s for s in practical if s not in PRACTICAL]
+        if bad or len(set(practical)) != len(practical):
+            raise ValueError(f"practical must be distinct names from {PRACTICAL}, got {practical!r}")
+        if practical and self.fmt != "e4m3":
+            raise ValueError(f"practical strategies cast to E4M3 (MX's element format here): fmt must be 'e4m3', "
+                             f"got fmt={self.fmt!r}")
+        self.practical = practical
         # Validate the stateful strategies' settings now; instances are made per layer on first use.
         DelayedScaling(history_len, self.margin, algo, self.fmt)
         CalibratedAlpha(kappa, burn_in, decay)
@@ -107,6 +131,8 @@ class FP8Probe:
             "delta": self.delta, "margin": self.margin, "strategies": list(self.strategies), "fmt": self.fmt,
             "power_of_two": self.power_of_two, "history_len": history_len, "algo": algo, "kappa": kappa,
             "burn_in": burn_in, "decay": decay, "overflow_count": "cast",
+            # only when set: the store keys of runs probed without them stay as they were
+            **({"practical": list(self.practical)} if self.practical else {}),
         }  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
@@ -145,19 +171,25 @@ class FP8Probe:
             _, cache = model.run_with_cache(x, names=lambda n: n.endswith("hook_attn_scores"))
         self._state(len(model.blocks))
         B, T = x.shape
-        out: dict[str, float | int] = {f"overflow/{s}": 0 for s in self.strategies}
+        names = (*self.strategies, *self.practical)
+        out: dict[str, float | int] = {}
         for i, block in enumerate(model.blocks):
             row = self._layer(i, block, cache[f"blocks.{i}.attn.hook_attn_scores"], B, T)
             for key, value in row.items():
                 out[f"L{i}/{key}"] = value
-            for s in self.strategies:
-                out[f"overflow/{s}"] += row[f"overflow/{s}"]
+            for s in names:  # totals over layers: counts and costs summed, errors the worst layer's
+                for stat in (*SUMMED, *WORST):
+                    key, value = f"{stat}/{s}", row.get(f"{stat}/{s}")
+                    if value is None:  # E5M2: no cast statistics
+                        continue
+                    out[key] = max(out.get(key, value), value) if stat in WORST else out.get(key, 0) + value
         return {f"fp8/{k}": v for k, v in out.items()}
 
     def _layer(self, i: int, block: nn.Module, scores: Tensor, B: int, T: int) -> dict[str, float | int]:
         sigma, folded = layer_sigma(block)
         allowed = block.attn.allowed(T, scores.device)  # (H, T, T)
         logits = scores[:, allowed].float()  # (B, n_allowed)
+        mask = allowed.unsqueeze(0)  # (1, H, T, T)
         amax = float(logits.abs().max())
         n_pairs, n_keys = logits.numel(), B * folded.n_head * T
         bounds = logit_bounds(
@@ -197,7 +229,20 @@ class FP8Probe:
             # overflows: allowed logits with |S·s| > 464 (E4M3, before any cast); used range amax·s / 448
             row[f"overflow/{s}"] = count_overflow(logits, scale, self.fmt)
             row[f"utilisation/{s}"] = utilisation(amax, scale, self.fmt)
+            if self.fmt == "e4m3":
+                row.update(self._cast(s, scores, scale, mask)[0])
+        for s in self.practical:  # a scale per row / block / tile, from the scores themselves
+            stats, row[f"overflow/{s}"] = self._cast(s, scores, practical_scales(s, scores, mask), mask)
+            row.update(stats)
         return row
+
+    @staticmethod
+    def _cast(s: str, scores: Tensor, scale: Any, mask: Tensor) -> tuple[dict[str, float | int], int]:
+        # underflows (to zero, to subnormals) and errors of the E4M3 cast; scales stored and reductions before it
+        stats = cast_stats(scores, scale, mask)
+        row: dict[str, float | int] = {f"{k}/{s}": v for k, v in stats.items() if k != "overflow"}
+        row.update({f"{k}/{s}": v for k, v in scale_cost(s, tuple(scores.shape)).items()})
+        return row, int(stats["overflow"])
 
 
 def with_dynamic(history: Mapping[str, Sequence[Any]], margin: float = 0.0, fmt: str = "e4m3") -> dict[str, list[Any]]:

@@ -1,17 +1,16 @@
-"""Rank-aware FP8 logit bounds (arXiv 2602.18851): bounds vs observed max logit, scales and overflows over
-training, bounds vs rank."""
+"""Rank-aware FP8 logit bounds (arXiv 2602.18851): bounds vs rank, and the colours and styles every FP8 figure
+shares (the training figure is :mod:`spanviz.plots.fp8_training`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from spanviz.plots.common import (
-    BLACK, DASHES, GRAY, OKABE_ITO, SYMBOLS, History, Trace, as_array, cycle_color, keys_under, markers, rgba,
+    BLACK, DASHES, GRAY, OKABE_ITO, SYMBOLS, Trace, as_array, cycle_color, rgba,
 )
 
 # ------------------------------------------------------------------------------------------------- FP8
@@ -75,135 +74,6 @@ def coinciding(curves: Mapping[str, Any], rtol: float = 1e-9) -> dict[str, str]:
 def _coincide_note(name: str, same: Mapping[str, str]) -> str:
     partners = [b for a, b in same.items() if a == name] + [a for a, b in same.items() if b == name]
     return f" (= {partners[0]} here)" if partners else ""
-
-
-def fp8_panel_data(
-    steps: Any,
-    observed: Any,
-    bounds: Mapping[str, Any],
-    scales: Mapping[str, Any],
-    overflows: Mapping[str, Any],
-) -> list[Trace]:
-    """Traces of :func:`fp8_panel_figure`: observed, bounds..., one "above" strip per bound, scales...,
-    overflows... (in that order)."""
-    x = as_array(steps)
-
-    def col(name: str, y: Any) -> np.ndarray:
-        y = as_array(y)
-        if y.shape != x.shape:
-            raise ValueError(f"{name} has shape {y.shape}, steps has {x.shape}")
-        return y
-
-    obs = col("observed", observed)
-    traces: list[Trace] = [
-        {"type": "scatter", "x": x, "y": obs, "name": "observed max |S|", "mode": "lines",
-         "line": {"color": BLACK, "width": 2.5}, "legendgroup": "logits",
-         "legendgrouptitle": {"text": "max logit"}}
-    ]
-    curves = {name: col(f"bounds[{name!r}]", y) for name, y in bounds.items()}
-    same = coinciding(curves)
-    for i, (name, y) in enumerate(curves.items()):
-        traces.append({"type": "scatter", "x": x, "y": y, "name": f"bound: {name}{_coincide_note(name, same)}",
-                       "mode": "lines", "line": _bound_line(name, i), "legendgroup": "logits"})
-    for i, (name, y) in enumerate(curves.items()):
-        over = obs > y
-        traces.append({"type": "scatter", "x": x[over], "y": np.full(int(over.sum()), float(i)),
-                       "name": f"above {name}: {int(over.sum())} of {len(x)} steps", "mode": "markers",
-                       "marker": {"symbol": "line-ns", "size": 11, "color": bound_color(name, i + 1),
-                                  "line": {"width": 2, "color": bound_color(name, i + 1)}},
-                       "legendgroup": "above", "showlegend": False,
-                       "hovertemplate": f"step %{{x}}: max |S| above the {name} bound<extra></extra>"})
-    strategies = list(dict.fromkeys([*scales, *overflows]))
-    # Each strategy its colour and its dash (and marker in the counts); a strategy whose curve equals an earlier one's
-    # at every step is drawn thinner on top of it, and says so.
-    scale_curves = {name: col(f"scales[{name!r}]", y) for name, y in scales.items()}
-    same = coinciding(scale_curves)
-    for k, (name, y) in enumerate(scale_curves.items()):
-        i = strategies.index(name)
-        traces.append({"type": "scatter", "x": x, "y": y, "name": f"scale: {name}{_coincide_note(name, same)}",
-                       "mode": "lines", "line": {"color": bound_color(name, i + 5), "width": 2 if name in same else 4,
-                                                 "dash": _strategy_dash(name, i)},
-                       "legendgroup": "scales", **({"legendgrouptitle": {"text": "FP8 scale"}} if k == 0 else {})})
-    counts = {name: col(f"overflows[{name!r}]", y) for name, y in overflows.items()}
-    same = coinciding(counts)
-    for k, (name, y) in enumerate(counts.items()):
-        i = strategies.index(name)
-        traces.append({"type": "scatter", "x": x, "y": y, "name": f"overflows: {name}{_coincide_note(name, same)}",
-                       **markers(len(x), size=6, symbol=STRATEGY_SYMBOLS.get(name, SYMBOLS[i % len(SYMBOLS)])),
-                       "line": {"color": bound_color(name, i + 5), "dash": _strategy_dash(name, i),
-                                "width": 1 if name in same else 2},
-                       "legendgroup": "overflows",
-                       **({"legendgrouptitle": {"text": "E4M3 overflows"}} if k == 0 else {})})
-    return traces
-
-
-FP8_ROWS = ("max logit: observed vs bounds", "steps where the observed max |S| is above a bound",
-            "FP8 scale per strategy", "E4M3 overflows per step")
-"""The rows of :func:`fp8_panel_figure`, top to bottom."""
-
-
-def fp8_panel_figure(
-    steps: Any,
-    observed: Any,
-    bounds: Mapping[str, Any],
-    scales: Mapping[str, Any],
-    overflows: Mapping[str, Any],
-    title: str | None = None,
-    spike: tuple[int, int, float] | None = None,
-    max_step: int | None = None,
-) -> go.Figure:
-    """FP8 panel: logit bounds vs observed max logit, where a bound was exceeded, scales, and overflow counts per
-    strategy over steps.
-
-    Args:
-        steps: (N,) optimizer steps.
-        observed: (N,) observed max |S| (pre-softmax logit), e.g. the max over layers.
-        bounds: ``{"worst case": (N,), "rank-agnostic": (N,), "rank-aware": (N,)}`` predicted max |S|.
-        scales: ``{strategy: (N,)}`` FP8 scale s per strategy (E4M3 overflows where |S|·s > 448).
-        overflows: ``{strategy: (N,)}`` number of logits with |S|·s > 448 at that step.
-        spike: (first step, number of steps, factor) of an injected learning-rate spike, marked in every row.
-        max_step: the last step of the run: the x axis spans 0..max_step from the start (so the spike mark is
-            in place before training reaches it).
-    Returns:
-        Figure with 4 rows sharing x (tick labels on each, :data:`FP8_ROWS`): bounds + observed (log y; a bound
-        equal to another at every step says so in its legend and is drawn as a wide pale band under it); a thin
-        strip with one tick per step where the observed max exceeds each bound (so the curves stay readable);
-        scales (log y); overflow counts. Colors per strategy (:data:`STRATEGY_COLORS`); legend grouped by row.
-    Raises:
-        ValueError: a series whose length differs from ``steps``.
-    """
-    traces = fp8_panel_data(steps, observed, bounds, scales, overflows)
-    fig = make_subplots(rows=4, cols=1, shared_xaxes=True, vertical_spacing=0.06, row_heights=[0.38, 0.1, 0.28, 0.24],
-                        subplot_titles=FP8_ROWS)
-    n_b, n_s = 1 + len(bounds), len(scales)
-    for i, trace in enumerate(traces):
-        row = 1 if i < n_b else 2 if i < n_b + len(bounds) else 3 if i < n_b + len(bounds) + n_s else 4
-        fig.add_trace(trace, row=row, col=1)
-    names = list(bounds)
-    fig.update_yaxes(title_text="|S|", row=1, col=1, **LOG_AXIS)
-    fig.update_yaxes(tickvals=list(range(len(names))), ticktext=names, range=[-0.6, max(len(names), 1) - 0.4],
-                     showgrid=False, zeroline=False, fixedrange=True, row=2, col=1)
-    fig.update_yaxes(title_text="scale", row=3, col=1, **LOG_AXIS)
-    fig.update_yaxes(title_text="count", rangemode="tozero", row=4, col=1)
-    fig.update_xaxes(showticklabels=True)
-    fig.update_xaxes(title_text="step", row=4, col=1)
-    if max_step is not None:
-        fig.update_xaxes(range=[0, max_step])
-    if spike is not None:
-        start, length, factor = spike
-        end = start + max(length, 1) - 1
-        when = f"step {start}" if end == start else f"steps {start}–{end}"
-        # named in the legend (the band of the first row), not by a label inside the plot: there it sat on the
-        # bound curves, which run along the top of the first row after the first steps
-        for row in (1, 2, 3, 4):
-            fig.add_vrect(x0=start - 0.5, x1=start + max(length, 1) - 0.5, fillcolor=SPIKE_FILL, opacity=0.25,
-                          line={"color": BLACK, "width": 1, "dash": "dot"}, row=row, col=1,
-                          exclude_empty_subplots=False, showlegend=row == 1,
-                          name=f"LR spike ×{factor:g}, {when}",
-                          legendgroup="spike", legendrank=1)
-    fig.update_layout(title=title or "FP8 attention logits", height=820, margin={"l": 60, "r": 10, "t": 60, "b": 40},
-                      legend={"groupclick": "toggleitem"})
-    return fig
 
 
 def bound_vs_rank_data(
@@ -289,40 +159,3 @@ def bound_vs_rank_figure(
         margin={"l": 60, "r": 10, "t": 70 if subtitle else 40, "b": 40},
     )
     return fig
-
-
-def fp8_series(history: History, layer: int | None = None) -> dict[str, Any]:
-    """Arguments of :func:`fp8_panel_figure` from an ``FP8Probe`` history.
-
-    Args:
-        history: with ``step`` and the ``fp8/…`` keys of :class:`spanviz.fp8.FP8Probe`.
-        layer: one layer ℓ (keys ``fp8/L{ℓ}/…``); None = the worst layer (max over layers of observed max,
-            bounds and overflows; min of scales).
-    Returns:
-        dict with ``steps``, ``observed``, ``bounds``, ``scales``, ``overflows`` (arrays over probed steps).
-    Raises:
-        ValueError: no FP8 keys in the history.
-    """
-    layers = sorted({int(k.split("/")[1][1:]) for k in history if k.startswith("fp8/L") and k.count("/") >= 2})
-    if not layers:
-        raise ValueError(f"history has no fp8/L<layer>/... keys (FP8Probe); keys: {sorted(history)[:10]}")
-    picked = layers if layer is None else [layer]
-    rows = [i for i, v in enumerate(history[f"fp8/L{picked[0]}/max_abs_logit"]) if v is not None]
-
-    def col(name: str, reduce: Callable = np.max) -> np.ndarray:
-        m = np.array([[history[f"fp8/L{ell}/{name}"][i] for ell in picked] for i in rows], dtype=float)
-        return reduce(m, axis=1) if len(rows) else np.zeros(0)
-
-    found = keys_under(history, f"fp8/L{picked[0]}/scale")
-    rank = {name: k for k, name in enumerate(STRATEGY_ORDER)}
-    strategies = sorted(found, key=lambda s: (rank.get(s, len(rank)), s))
-    bound_names = {
-        "worst case": "bound_worst_case", "rank-agnostic": "bound_agnostic", "rank-aware": "bound_rank_aware"
-    }
-    return {
-        "steps": np.array([history["step"][i] for i in rows], dtype=float),
-        "observed": col("max_abs_logit"),
-        "bounds": {label: col(key) for label, key in bound_names.items()},
-        "scales": {s: col(f"scale/{s}", np.min) for s in strategies},
-        "overflows": {s: col(f"overflow/{s}", np.sum) for s in strategies},
-    }

@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from spanviz.plots.common import layer_series, series
-from spanviz.plots.fp8 import coinciding
 
 PAPER_SPANS_CHANGE = -0.56
 """The spans paper's reported change of validation loss with [1000] against standard, in percent (arXiv
@@ -220,52 +219,6 @@ def seed_peaks_caption(peaks: Mapping[str, Sequence[tuple[float, float]]], what:
 
 
 # ----------------------------------------------------------------------------------------------------------- FP8
-def fp8_caption(series: Mapping[str, Any], *, gamma: float | None = None, r: int | None = None) -> str:
-    """Where the observed max |S| broke each bound, how many logits each strategy overflowed, and the dynamic
-    strategy's cost next to what it buys — the counts the FP8 figure's strip and overflow rows draw.
-
-    Args: series: :func:`spanviz.plots.fp8.fp8_series` (``steps``, ``observed``, ``bounds``, ``scales``,
-        ``overflows``). gamma, r: γ and the rank r of the run (to say why two bounds coincide).
-    Returns: HTML ("" without probed rows).
-    """
-    steps = np.asarray(series["steps"], dtype=float)
-    if not len(steps):
-        return ""
-    observed = np.asarray(series["observed"], dtype=float)
-    bounds = {k: np.asarray(v, dtype=float) for k, v in series["bounds"].items()}
-    same = coinciding(bounds)
-    parts = []
-    for name, y in bounds.items():
-        over = observed > y
-        n = int(over.sum())
-        if n:
-            parts.append(f"above the {name} bound at <b>{n}</b> of {len(steps)} steps (first at step "
-                         f"{int(steps[np.argmax(over)])})")
-        else:
-            parts.append(f"never above the {name} bound" + (" (it cannot be)" if name == "worst case" else ""))
-    text = f"<b>Over {len(steps)} probed steps</b> the observed max |S| was " + "; ".join(parts) + "."
-    for a, b in same.items():
-        why = ""
-        if gamma is not None and r is not None and {a, b} == {"rank-agnostic", "rank-aware"}:
-            why = (f": γ·r = {gamma:.3g} × {r} = {gamma * r:.3g} is at least the input dimension d, which caps "
-                   "both at the same value, so the rank gives no gain here")
-        text += f" The {a} and {b} bounds coincide at every step{why} (the wide pale line is under the dotted one)."
-    counts = []
-    for name, y in series["overflows"].items():
-        y = np.asarray(y, dtype=float)
-        hit = np.flatnonzero(y > 0)
-        counts.append(f"{_e(name)} {_count(np.nansum(y))}" + (
-            f" at {len(hit)} steps (first at step {int(steps[hit[0]])})" if len(hit) else ""))
-    if counts:
-        text += ("<br><b>Overflowing logits over the run</b> (E4M3, |S·s| > 464, summed over layers): "
-                 + "; ".join(counts) + ".")
-    if "dynamic" in series["overflows"]:
-        text += (" <b>Dynamic</b> scaling cannot overflow: its scale comes from max |S| of the step itself — which "
-                 "costs a reduction over every logit before the cast can start (and an all-reduce across devices); "
-                 "the weight-based scales need only the weights, known before the forward pass.")
-    return _p(text)
-
-
 def bounds_caption(curves: Mapping[str, Any], *, sigma: Sequence[float], d: int, d_head: int, delta: float,
                    n_keys: int) -> str:
     """How the rank-aware bound depends on r, said as the bounds-vs-rank figure shows it: its value at the compared
@@ -426,5 +379,5 @@ def alpha_response_caption(rows: Sequence[Mapping[str, Any]], shares: Mapping[in
 
 
 __all__ = ["PAPER_SPANS_CHANGE", "PAPER_SPANS_MIN_D_HEAD", "alpha_response_caption", "angles_caption", "bounds_caption",
-           "fp8_caption", "growth_caption", "loss_caption", "max_logit_caption", "seed_peaks_caption",
+           "growth_caption", "loss_caption", "max_logit_caption", "seed_peaks_caption",
            "spans_change_caption"]

@@ -14,15 +14,21 @@ from spanviz import fp8, plots
 from spanviz.fp8.casting import utilisation
 from spanviz.fp8.demos import BoundsVsRank
 from spanviz.fp8.scaling import dynamic_scale
+from spanviz.fp8.strategies import PRACTICAL
 from spanviz.model import GPTConfig
 from spanviz.runner import TrainerLike
 from spanviz.train import TrainConfig
 from spanviz.widgets import captions
+from spanviz.widgets.fp8_caption import fp8_training_caption
 from spanviz.widgets.defaults import DELTA_GRID, FACTOR_GRID, grid_slider
 from spanviz.widgets.figures import FigureView, side_by_side, slider
 from spanviz.widgets.panel import ANALYTIC_THREADS, Panel
 from spanviz.widgets.specs import LOSS_VIEW, History, LiveView, RunSpec
-from spanviz.plots.fp8 import bound_vs_rank_data, fp8_panel_data, fp8_series
+from spanviz.plots.fp8 import bound_vs_rank_data
+from spanviz.plots.fp8_training import fp8_series, fp8_training_data
+
+STRATEGIES = ("delayed", "dynamic", "theory", "deterministic", "calibrated")
+"""The per-tensor strategies the panel's probe records (beside the per-row / block / tile ones of PRACTICAL)."""
 
 
 def _fp8_history(histories: Mapping[str, History]) -> History | None:
@@ -82,6 +88,7 @@ class FP8Panel(Panel):
             c[name].observe(lambda _ch: self.update_bounds(), names="value")
         self._spike, self._max_step = self._planned_spike()
         self._probe_margin, self._probe_rank = float(c["margin"].value), int(c["rank"].value)
+        self._n_keys = self.train_cfg().batch_size * cfg.n_head * cfg.context_length  # N = B·H·T of the probe batch
         self._attach_training([LiveView("fp8", self._fp8_data, self._fp8_build, caption=self._fp8_caption), LOSS_VIEW],
                               data=data, store=store, trainer_factory=trainer_factory, refresh_hz=refresh_hz)
         for name in ("spike_step", "spike_factor", "spike_steps"):
@@ -126,8 +133,8 @@ class FP8Panel(Panel):
         lines = [f"<tr><td>{s['strategy']}</td><td>{s['bound']:.3g}</td><td>{s['scale']:.3g}</td>"
                  f"<td>{s['used']:.1%}</td></tr>" for s in [*self.bounds.scales(delta, margin, r), dynamic]]
         self.scales.value = (
-            f"<b>r = {r}</b>, γ = {row['gamma']:.3g}, σ = {row['sigma']:.3g}, observed max |S| = "
-            f"{row['observed_max']:.3g}<table><tr><th>strategy</th><th>bound</th><th>E4M3 scale</th>"
+            f"<b>r = {r}</b>, γ = {row['gamma']:.3g} (for N = {self.bounds.n_tokens} keys), σ = {row['sigma']:.3g}, "
+            f"observed max |S| = {row['observed_max']:.3g}<table><tr><th>strategy</th><th>bound</th><th>E4M3 scale</th>"
             f"<th>range used</th></tr>{''.join(lines)}</table>"
             "<small>dynamic: the scale from the observed max |S| itself (torchao's default) — never overflows, "
             "but every logit must be computed and reduced to its max before the cast; the bounds need only the "
@@ -149,7 +156,8 @@ class FP8Panel(Panel):
         data = self.training.data()
         r = int(v["rank"])
         cfg = replace(self.model_cfg, vocab_size=data.vocab_size, qk_rank=None if r == self.model_cfg.d_head else r)
-        probe = fp8.FP8Probe(every=1, delta=float(v["delta"]), margin=float(v["margin"]))
+        probe = fp8.FP8Probe(every=1, delta=float(v["delta"]), margin=float(v["margin"]), strategies=STRATEGIES,
+                             practical=PRACTICAL)
         return [RunSpec(f"rank {r}", cfg, self._spiked_train_cfg(v), (probe,))]
 
     def _planned(self, specs: list[RunSpec]) -> None:
@@ -157,6 +165,7 @@ class FP8Panel(Panel):
         self._spike, self._max_step = self._planned_spike(spec.train_cfg)
         self._probe_margin = spec.probes[0].margin
         self._probe_rank = spec.model_cfg.qk_rank or spec.model_cfg.d_head
+        self._n_keys = spec.train_cfg.batch_size * spec.model_cfg.n_head * spec.model_cfg.context_length
 
     def _spiked_train_cfg(self, v: Mapping[str, Any] | None = None) -> TrainConfig:
         v = self.values() if v is None else v
@@ -189,7 +198,7 @@ class FP8Panel(Panel):
 
     def _fp8_data(self, histories: Mapping[str, History]) -> list[dict[str, Any]]:
         s = self._fp8_runs(histories)
-        return [] if s is None else fp8_panel_data(**s)
+        return [] if s is None else fp8_training_data(**s)
 
     def _fp8_caption(self, histories: Mapping[str, History]) -> str:
         s = self._fp8_runs(histories)
@@ -197,11 +206,11 @@ class FP8Panel(Panel):
             return ""
         h = _fp8_history(histories)
         gamma = next((g for g in h.get("fp8/L0/gamma", []) if g is not None), None)
-        return captions.fp8_caption(s, gamma=gamma, r=self._probe_rank)
+        return fp8_training_caption(s, gamma=gamma, r=self._probe_rank, n_keys=self._n_keys, spike=self._spike)
 
     def _fp8_build(self, histories: Mapping[str, History]) -> go.Figure:
         s = self._fp8_runs(histories)
         if s is None:
             empty = np.zeros(0)
-            s = {"steps": empty, "observed": empty, "bounds": {}, "scales": {}, "overflows": {}}
-        return plots.fp8_panel_figure(**s, spike=self._spike, max_step=self._max_step)
+            s = {"steps": empty, "observed": empty, "bounds": {}, "overflows": {}}
+        return plots.fp8_training_figure(**s, spike=self._spike, max_step=self._max_step)

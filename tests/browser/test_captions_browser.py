@@ -29,7 +29,7 @@ TRACES_JS = """(el) => {
   if (!gd || !gd.data) return null;
   const arr = (v) => v == null ? null : Array.from(v, (x) => (typeof x === 'number' ? x : (x == null ? null : x)));
   return gd.data.map((t) => ({name: t.name || '', x: arr(t.x), y: arr(t.y), customdata: arr(t.customdata),
-                               color: (t.line || {}).color || null}));
+                               color: (t.line || {}).color || null, meta: t.meta || null}));
 }"""
 
 
@@ -248,36 +248,28 @@ def test_fp8_captions_quote_the_drawn_bounds_crossings_and_overflows(browser, re
     try:
         caption = page.caption("train-fp8")
         traces = page.traces(".spanviz-view-train-fp8")
-        observed = page.trace(traces, "observed max |S|")
-        n = int(expect(caption, r"Over (\d+) probed steps").group(1))
-        assert n == len(observed["x"])
-        for name in ("worst case", "rank-agnostic", "rank-aware"):
-            strip = next(t for t in traces if t["name"].startswith(f"above {name}: "))
-            crossed = strip["x"]
-            if crossed:
-                m = expect(caption, rf"above the {name} bound at (\d+) of {n} steps \(first at step (\d+)\)")
-                assert int(m.group(1)) == len(crossed) and int(m.group(2)) == crossed[0]
-            else:
-                expect(caption, rf"never above the {name} bound")
-        quoted = caption.split("summed over layers):")[1].split(".")[0].split(";")
-        for part in quoted:
-            name, total, at, first = expect(part.strip(), r"^(\w+) ([\d,]+)(?: at (\d+) steps \(first at step (\d+)\))?$"
-                                            ).groups()
-            drawn = page.trace(traces, f"overflows: {name}")
-            counts = drawn["y"]
-            assert int(total.replace(",", "")) == round(sum(v for v in counts if v is not None)), (name, part)
-            assert int(at or 0) == sum(1 for v in counts if v), (name, part)
-            if first:
-                assert int(first) == drawn["x"][next(i for i, v in enumerate(counts) if v)], (name, part)
-        assert len(quoted) == sum(t["name"].startswith("overflows: ") for t in traces), "every strategy quoted"
-        assert page.trace(traces, "overflows: dynamic")["y"], "the dynamic strategy is drawn"
-        coincide = re.search(r"The (\S+) and (\S+) bounds coincide at every step", caption)
-        legend = [t["name"] for t in traces if t["name"].startswith("bound: ")]
-        if coincide:
-            a, b = coincide.groups()
-            assert f"bound: {b} (= {a} here)" in legend or f"bound: {a} (= {b} here)" in legend, legend
-            ya, yb = (next(t for t in traces if t["name"].startswith(f"bound: {x}"))["y"] for x in (a, b))
-            assert all(math.isclose(u, v, rel_tol=1e-9) for u, v in zip(ya, yb))
+
+        def row(kind: str) -> dict[str, dict]:
+            return {t["meta"]["name"]: t for t in traces if (t.get("meta") or {}).get("row") == kind}
+
+        over, under, ratio = row("overflow"), row("underflow"), row("ratio")
+        assert {"delayed", "deterministic", "dynamic", "rowwise", "mx", "tile_1x128"} <= set(over), sorted(over)
+        assert set(under) == set(over), "every strategy's underflows are drawn (the default replay records them)"
+        m = expect(caption, r"over (\d+) steps (.+?) overflowed; (.+?) never did\.")
+        assert int(m.group(1)) == len(over["delayed"]["x"])
+        def value(v: float | None) -> float:  # a gap (no overflow / no underflow yet) is drawn as null or NaN
+            return 0.0 if v is None or math.isnan(v) else v
+
+        hit = {s for s, t in over.items() if any(value(v) for v in t["y"])}
+        assert (set() if m.group(2) == "none" else set(m.group(2).split(", "))) == hit, (m.group(2), hit)
+        assert (set() if m.group(3) == "none" else set(m.group(3).split(", "))) == set(over) - hit
+        m = expect(caption, r"(\w+) flushed ([\d,]+) scores to zero and ([\d,]+) to subnormals; (\w+) flushed ([\d,]+) "
+                            r"and ([\d,]+) — and paid ([\d,]+) scale values")
+        for name, zero, sub in ((m.group(1), m.group(2), m.group(3)), (m.group(4), m.group(5), m.group(6))):
+            drawn = round(value(under[name]["y"][-1]))  # the drawn sum up to the last step
+            assert int(zero.replace(",", "")) + int(sub.replace(",", "")) == drawn, (name, drawn, caption)
+        if "a guarantee, not a measurement" in caption:
+            assert max(value(v) for v in ratio["worst case"]["y"]) <= 1.0  # the bottom row agrees
 
         # one line in plain words, the derivation collapsed under it: a click on its summary opens it
         takeaway = page.caption("bounds")
