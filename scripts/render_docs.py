@@ -44,6 +44,7 @@ import nbformat
 
 from spanviz.experiments import stats
 from spanviz.experiments.results import read_per_seed
+from spanviz.provenance import source_digest_at
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(
@@ -55,6 +56,7 @@ BLOCK = re.compile(
 """A generated block: its two marker lines (each a whole line) and the text between them."""
 BEGIN_LINE = re.compile(r"^<!-- BEGIN generated:", re.MULTILINE)
 END_LINE = re.compile(r"^<!-- END generated -->", re.MULTILINE)
+BUNDLE = ROOT / "spanviz" / "bundles" / "workshop-gpu.zip"
 MINUS = "\u2212"
 SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
@@ -188,6 +190,25 @@ class Sweep:
                               spec.get("baseline"), name, spec.get("metric")))  # fmt: skip
         return len(keys)
 
+    def drift(self) -> list[str]:
+        """Where the summary's own rows (``NAME.json``) differ from the rows the per-seed table gives: every field
+        both have (``rel_change_pct``, the CI bounds, ``welch_t``, the verdict, ...), numbers to 1e-9 relative.
+        The blocks render the recomputed rows, so a summary edited by hand would otherwise pass unseen."""
+        saved = self.summary.get("rows") or []
+        if len(saved) != len(self.rows):
+            return [f"{self.name}.json: {len(saved)} summary rows, the per-seed table gives {len(self.rows)}"]
+        out = []
+        for i, (new, old) in enumerate(zip(self.rows, saved)):
+            for key in sorted(set(new) & set(old)):
+                a, b = old[key], new[key]
+                same = (math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+                        if _is_number(a) and _is_number(b) else a == b)
+                if not same:
+                    label = old.get("variant") or old.get("strategy")
+                    out.append(f"{self.name}.json: row {i} ({label}, {old.get('metric')}): {key} is {a!r} in the "
+                               f"summary, {b!r} from {self.name}.per_seed.json")
+        return out
+
     @property
     def seeds(self) -> list[int]:
         return sorted({r["seed"] for r in self.table})
@@ -208,6 +229,10 @@ class Sweep:
             return {r["seed"]: r.get(metric) for r in self.table if r["variant"] == name}
 
         return stats.equivalence_test(arm(baseline), arm(variant), margin, relative=relative)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def seeds_for(row: Mapping[str, Any], half_width_pct: float, confidence: float = stats.CONFIDENCE) -> int:
@@ -240,6 +265,52 @@ def load_results(folder: Path) -> dict[str, Any]:
         per_seed = folder / f"{stem}.per_seed.json"
         results[stem] = Sweep(stem, data, read_per_seed(per_seed)) if per_seed.exists() else data
     return results
+
+
+def bundle_summary(path: Path, repo: Path = ROOT) -> dict[str, Any]:
+    """What the shipped workshop bundle's runs record (read with zipfile + json, nothing imported into a store):
+    ``runs``; ``recorded`` / ``not_recorded`` (runs whose environment names a git commit or says "not recorded");
+    ``dirty`` (recorded runs made from a tree with uncommitted changes); ``commits`` (recorded commits, short) and
+    ``unknown_commits`` (those this checkout's git does not know); ``digest_matches`` (recorded runs whose
+    ``source_sha256`` equals :func:`spanviz.provenance.source_digest_at` of their commit); ``by_device`` ({"NVIDIA H100 80GB HBM3": n, "CPU":
+    m}); ``defaults`` (the notebooks' default runs — the runs without sweep tags — grouped, each group as {"device",
+    "date", "recorded", "weights", "n"}); ``sweeps`` ({"alphas": n, ...} by the tag ``experiment``).
+
+    Raises: RenderError when the bundle is missing.
+    """
+    import subprocess
+    import zipfile
+    from collections import Counter
+
+    if not path.is_file():
+        raise RenderError(f"no workshop bundle at {path}")
+    with zipfile.ZipFile(path) as z:
+        names = z.namelist()
+        runs = {n[5:-5]: json.loads(z.read(n)) for n in names if n.startswith("runs/") and n.endswith(".json")}
+    weights = {n.split("/", 1)[1].rsplit(".", 1)[0] for n in names if n.startswith("weights/")}
+
+    def device(env: Mapping[str, Any]) -> str:
+        return env.get("device_name", "?") if str(env.get("device", "")).startswith("cuda") else "CPU"
+
+    envs = {k: r.get("environment") or {} for k, r in runs.items()}
+    recorded = {k: e for k, e in envs.items() if e.get("git_commit") not in (None, "not recorded")}
+    commits = sorted({str(e["git_commit"])[:7] for e in recorded.values()})
+    unknown = [c for c in commits if subprocess.run(["git", "cat-file", "-e", f"{c}^{{commit}}"], cwd=repo,
+                                                    capture_output=True).returncode != 0]  # fmt: skip
+    at = {c: source_digest_at(c, repo) for c in {str(e["git_commit"]) for e in recorded.values()}}
+    matching = sum(1 for e in recorded.values() if at[str(e["git_commit"])] == e.get("source_sha256"))
+    defaults = [{"device": device(envs[k]), "date": str(envs[k].get("started_utc", ""))[:10] or None,
+                 "recorded": k in recorded, "weights": k in weights}
+                for k, r in sorted(runs.items()) if not (r.get("config") or {}).get("tags")]  # fmt: skip
+    defaults = [{**dict(key), "n": n} for key, n in Counter(tuple(d.items()) for d in defaults).items()]
+    defaults.sort(key=lambda d: (d["device"] == "CPU", d["device"], d["date"] or ""))
+    return {"runs": len(runs), "recorded": len(recorded), "not_recorded": len(runs) - len(recorded),
+            "dirty": sum(1 for e in recorded.values() if e.get("git_dirty")), "commits": commits,
+            "digest_matches": matching,
+            "unknown_commits": unknown, "by_device": dict(Counter(device(e) for e in envs.values())),
+            "defaults": defaults,
+            "sweeps": dict(Counter(((r.get("config") or {}).get("tags") or {}).get("experiment")
+                                   for r in runs.values() if (r.get("config") or {}).get("tags")))}
 
 
 # ============================================================================================== rendering
@@ -320,9 +391,10 @@ def _stray_markers(text: str, where: str) -> None:
 
 
 def documents(root: Path) -> list[Path]:
-    """The files that may hold generated blocks: docs/**/*.md (templates excluded) and notebooks/*.ipynb."""
+    """The files that may hold generated blocks: README.md, docs/**/*.md (templates excluded), notebooks/*.ipynb."""
     docs = [p for p in sorted((root / "docs").rglob("*.md")) if "templates" not in p.relative_to(root / "docs").parts]
-    return docs + sorted((root / "notebooks").glob("*.ipynb"))
+    readme = [root / "README.md"] if (root / "README.md").is_file() else []
+    return readme + docs + sorted((root / "notebooks").glob("*.ipynb"))
 
 
 @dataclass
@@ -341,6 +413,8 @@ def render(root: Path = ROOT, write: bool = True) -> list[Change]:
     """
     env = environment(root / "docs" / "templates")
     results = load_results(root / "docs" / "results")
+    bundle = root / "spanviz" / "bundles" / "workshop-gpu.zip"
+    results["bundle"] = bundle_summary(bundle if bundle.is_file() else BUNDLE)
     changes: list[Change] = []
     for path in documents(root):
         rel = path.relative_to(root).as_posix()
