@@ -287,6 +287,7 @@ def bundle_summary(path: Path, repo: Path = ROOT) -> dict[str, Any]:
     with zipfile.ZipFile(path) as z:
         names = z.namelist()
         runs = {n[5:-5]: json.loads(z.read(n)) for n in names if n.startswith("runs/") and n.endswith(".json")}
+        weights_bytes = sum(i.file_size for i in z.infolist() if i.filename.startswith("weights/"))
     weights = {n.split("/", 1)[1].rsplit(".", 1)[0] for n in names if n.startswith("weights/")}
 
     def device(env: Mapping[str, Any]) -> str:
@@ -306,7 +307,7 @@ def bundle_summary(path: Path, repo: Path = ROOT) -> dict[str, Any]:
     defaults.sort(key=lambda d: (d["device"] == "CPU", d["device"], d["date"] or ""))
     return {"runs": len(runs), "recorded": len(recorded), "not_recorded": len(runs) - len(recorded),
             "dirty": sum(1 for e in recorded.values() if e.get("git_dirty")), "commits": commits,
-            "digest_matches": matching,
+            "digest_matches": matching, "weights_mb": weights_bytes / 1e6,
             "unknown_commits": unknown, "by_device": dict(Counter(device(e) for e in envs.values())),
             "defaults": defaults,
             "sweeps": dict(Counter(((r.get("config") or {}).get("tags") or {}).get("experiment")
@@ -463,6 +464,102 @@ def used_templates(root: Path = ROOT) -> set[str]:
     return names
 
 
+# ================================================================================= measured numbers in prose
+PROSE_NUMBERS = Path("docs") / "prose_numbers.txt"
+"""The typed numbers of README.md, docs/*.md and the notebooks' markdown that are not generated: one per line,
+``FILE | LITERAL | REASON``. REASON starts with one of :data:`REASONS`; ``backed by docs/results/NAME.json: FIELD``
+(FIELD a dotted path, ``[i]`` for a list item, optionally ``* FACTOR``) is checked by ``--check``: the literal's
+number must be the field's value rounded as the literal is printed; ``backed by docs/results/NAME.log`` (no field):
+the number must appear in that file."""
+REASONS = ("not recomputable", "definition", "backed by", "checked by", "the paper", "a setting")
+_NUMBER = r"(?<![\w.·⁻])[−-]?\d+(?:[  ]\d{3})*(?:\.\d+)?(?:\s?(?:[–-]|to)\s?\d+(?:\.\d+)?)?"
+_UNIT = r"\s?(?:%|×(?!\s?\d)|ms\b|µs\b|s\b|seconds?\b|minutes?\b|min\b|hours?\b|MB\b|GB\b|GiB\b|MiB\b|(?:tokens|updates|steps)/s)"
+MEASURED = re.compile(_NUMBER + _UNIT)
+"""A number with a unit of time, size, share or ratio (``12–21 s``, ``1.6×``, ``0.3 ms``, ``36 %``); a product of
+sizes (``128×128``, ``6 heads × 32``) is not one."""
+LABELLED = re.compile(r"not\s+recomputable", re.IGNORECASE)
+
+
+def _prose_texts(root: Path) -> Iterator[tuple[str, str]]:
+    """(file, text) of README.md, docs/*.md and each notebook's markdown cells, generated blocks and code removed."""
+    drop = re.compile(BLOCK.pattern + r"|^```.*?^```|`[^`\n]*`", re.DOTALL | re.MULTILINE)
+    for path in documents(root):
+        rel = path.relative_to(root).as_posix()
+        if path.suffix == ".md" and re.fullmatch(r"README\.md|docs/[^/]+\.md", rel):
+            yield rel, drop.sub("", path.read_text())
+        elif path.suffix == ".ipynb":
+            for cell in nbformat.read(path, as_version=4).cells:
+                if cell.cell_type == "markdown":
+                    yield rel, drop.sub("", cell.source)
+
+
+def prose_numbers(root: Path) -> list[tuple[str, str, str]]:
+    """Every measured-looking number typed in prose: (file, literal, its paragraph). A paragraph, table or list
+    item under a heading that says "not recomputable", that says so itself, or a list or table right after a
+    paragraph that says so and ends in ":", is labelled and left out."""
+    found = []
+    for rel, text in _prose_texts(root):
+        heading, scope = "", False  # scope: a labelled paragraph ending in ":" labels the list or table after it
+        for part in re.split(r"\n\s*\n", text):
+            lines = [line for line in part.splitlines() if line.startswith("#")]
+            heading = lines[-1] if lines else heading
+            scope = scope and part.lstrip().startswith(("- ", "|", "* "))
+            if LABELLED.search(part) and part.rstrip().endswith(":"):
+                scope = True
+            if LABELLED.search(heading) or LABELLED.search(part) or scope:
+                continue
+            found += [(rel, m.group(0).replace("\n", " "), part) for m in MEASURED.finditer(part)]
+    return found
+
+
+def allowed_numbers(root: Path) -> dict[tuple[str, str], str]:
+    """:data:`PROSE_NUMBERS` as {(file, literal): reason}.
+
+    Raises: RenderError for a line without three fields or with a reason that names none of :data:`REASONS`."""
+    allowed = {}
+    path = root / PROSE_NUMBERS
+    for i, line in enumerate(path.read_text().splitlines() if path.is_file() else [], 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        parts = [p.strip() for p in line.split(" | ")]
+        if len(parts) != 3 or not parts[2].startswith(REASONS):
+            raise RenderError(f"{PROSE_NUMBERS}:{i}: expected 'FILE | LITERAL | REASON' with a reason starting "
+                              f"with one of {REASONS}, got {line!r}")
+        allowed[(parts[0], parts[1])] = parts[2]
+    return allowed
+
+
+def _field(data: Any, path: str) -> Any:
+    for key in re.findall(r"[^.\[\]]+|\[\d+\]", path):
+        data = data[int(key[1:-1])] if key.startswith("[") else data[key]
+    return data
+
+
+def backed_number_errors(root: Path) -> list[str]:
+    """The ``backed by`` entries of :data:`PROSE_NUMBERS` whose literal is not the named field's value (rounded as
+    printed), or whose file or field does not exist: a changed bench field that prose quotes fails here."""
+    errors = []
+    for (rel, literal), reason in allowed_numbers(root).items():
+        if not reason.startswith("backed by"):
+            continue
+        m = re.fullmatch(r"backed by (docs/results/[\w.-]+)(?:: ([^ ]+)(?: \* ([\d.e-]+))?)?(?: \(.*\))?", reason)
+        number = re.search(r"\d+(?:[  ]\d{3})*(?:\.\d+)?", literal)[0].replace(" ", "").replace("\u202f", "")
+        try:
+            text = (root / m[1]).read_text()
+            if m[2] is None:  # a log: the number must be in it
+                if not re.search(rf"(?<![\d.]){re.escape(number)}(?![\d])", text):
+                    errors.append(f"{rel}: prose says {literal!r}, {m[1]} holds no {number}")
+                continue
+            value = _field(json.loads(text), m[2]) * float(m[3] or 1)
+        except (TypeError, KeyError, IndexError, OSError, ValueError) as error:
+            errors.append(f"{rel}: {literal!r}: {reason!r}: {type(error).__name__}: {error}")
+            continue
+        digits = len(number.split(".")[1]) if "." in number else 0
+        if round(abs(value), digits) != float(number):
+            errors.append(f"{rel}: prose says {literal!r}, {m[1]} {m[2]} gives {value:.{digits}f}")
+    return errors
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true",
@@ -471,9 +568,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         changes = render(args.root, write=not args.check)
+        results = load_results(args.root / "docs" / "results")
+        drift = [m for r in results.values() if isinstance(r, Sweep) for m in r.drift()]
+        backed = backed_number_errors(args.root)
     except RenderError as error:
         print(f"render_docs: {error}", file=sys.stderr)
         return 2
+    for message in drift + backed:
+        print(f"render_docs: {message}")
+    if drift or backed:
+        print(f"{len(drift)} summary field(s) differ from what the per-seed tables give, {len(backed)} number(s) in "
+              f"prose from what the file they cite gives ({PROSE_NUMBERS}): a results file was edited by hand, or "
+              f"the prose was not updated with it", file=sys.stderr)
     for change in changes:
         if args.check:
             diff = difflib.unified_diff(change.old.splitlines(), change.new.splitlines(), "as written",
@@ -482,6 +588,8 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(diff))
         else:
             print(f"{change.where}: rewrote block {change.template!r}")
+    if drift or backed:
+        return 1
     if args.check and changes:
         print(f"{len(changes)} generated block(s) differ: run `python scripts/render_docs.py` (and do not edit "
               f"generated blocks by hand: edit docs/templates/ or the results)", file=sys.stderr)
