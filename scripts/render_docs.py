@@ -274,9 +274,10 @@ def bundle_summary(path: Path, repo: Path = ROOT) -> dict[str, Any]:
     ``runs``; ``recorded`` / ``not_recorded`` (runs whose environment names a git commit or says "not recorded");
     ``dirty`` (recorded runs made from a tree with uncommitted changes); ``commits`` (recorded commits, short) and
     ``unknown_commits`` (those this checkout's git does not know); ``digest_matches`` (recorded runs whose
-    ``source_sha256`` equals :func:`spanviz.provenance.source_digest_at` of their commit); ``by_device`` ({"NVIDIA H100 80GB HBM3": n, "CPU":
-    m}); ``defaults`` (the notebooks' default runs — the runs without sweep tags — grouped, each group as {"device",
-    "date", "recorded", "weights", "n"}); ``sweeps`` ({"alphas": n, ...} by the tag ``experiment``).
+    ``source_sha256`` equals :func:`spanviz.provenance.source_digest_at` of their commit); ``by_device``
+    ({"NVIDIA H100 80GB HBM3": n, "CPU": m}); ``defaults`` (the notebooks' default runs — the runs without sweep
+    tags — grouped, each group as {"device", "date", "recorded", "weights", "n"}); ``sweeps`` ({"alphas": n, ...}
+    by the tag ``experiment``); ``weights_mb`` (the trained weights it carries, MB).
 
     Raises: RenderError when the bundle is missing.
     """
@@ -475,7 +476,8 @@ number must be the field's value rounded as the literal is printed; ``backed by 
 the number must appear in that file."""
 REASONS = ("not recomputable", "definition", "backed by", "checked by", "the paper", "a setting")
 _NUMBER = r"(?<![\w.·⁻])[−-]?\d+(?:[  ]\d{3})*(?:\.\d+)?(?:\s?(?:[–-]|to)\s?\d+(?:\.\d+)?)?"
-_UNIT = r"\s?(?:%|×(?!\s?\d)|ms\b|µs\b|s\b|seconds?\b|minutes?\b|min\b|hours?\b|MB\b|GB\b|GiB\b|MiB\b|(?:tokens|updates|steps)/s)"
+_UNIT = (r"\s?(?:%|×(?!\s?\d)|ms\b|µs\b|s\b|seconds?\b|minutes?\b|min\b|hours?\b|MB\b|GB\b|GiB\b|MiB\b"
+         r"|(?:tokens|updates|steps)/s)")
 MEASURED = re.compile(_NUMBER + _UNIT)
 """A number with a unit of time, size, share or ratio (``12–21 s``, ``1.6×``, ``0.3 ms``, ``36 %``); a product of
 sizes (``128×128``, ``6 heads × 32``) is not one."""

@@ -241,7 +241,8 @@ def test_a_summary_field_edited_by_hand_fails_the_check(tmp_path, field):
     root = copy_tree(tmp_path)
     summary = root / "docs" / "results" / "ls_cpu.json"
     data = json.loads(summary.read_text())
-    i, row = next((i, r) for i, r in enumerate(data["rows"]) if r["variant"] == "ls" and r["metric"] == "peak_max_logit")
+    i, row = next((i, r) for i, r in enumerate(data["rows"])
+                  if r["variant"] == "ls" and r["metric"] == "peak_max_logit")
     row[field] = "shown to be lower" if field == "verdict" else row[field] + 0.5
     summary.write_text(json.dumps(data))
     out = run("--check", "--root", str(root))

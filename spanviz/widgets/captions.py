@@ -435,6 +435,7 @@ def alpha_response_caption(rows: Sequence[Mapping[str, Any]], shares: Mapping[in
               f"</details>")
 
 
-__all__ = ["OVERLAP_PCT", "PAPER_SPANS_CHANGE", "PAPER_SPANS_MIN_D_HEAD", "alpha_response_caption", "angles_caption", "bounds_caption",
+__all__ = ["OVERLAP_PCT", "PAPER_SPANS_CHANGE", "PAPER_SPANS_MIN_D_HEAD", "alpha_response_caption", "angles_caption",
+           "bounds_caption",
            "fp8_caption", "growth_caption", "loss_caption", "max_logit_caption", "seed_peaks_caption",
            "spans_change_caption"]
