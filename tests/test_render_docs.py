@@ -305,6 +305,27 @@ def test_the_ls_latency_claim_is_judged_on_the_forward_profile():
     assert "FlexAttention's kernel is itself" not in text and "which eats the saving" not in text  # the false cause
 
 
+def test_what_the_docs_say_of_the_bundle_is_what_the_bundle_holds():
+    """README, docs/gpu.md and notebook 00 quote the shipped bundle through a block: the count of runs that record
+    their provenance, and the device of the tour's run (the one whose trained weights ship with it)."""
+    import zipfile
+
+    with zipfile.ZipFile(render_docs.BUNDLE) as z:
+        runs = {n[5:-5]: json.loads(z.read(n)) for n in z.namelist() if n.startswith("runs/")}
+        weights = [n.split("/")[1].removesuffix(".pt") for n in z.namelist() if n.startswith("weights/")]
+    recorded = sum(r["environment"].get("git_commit") not in (None, "not recorded") for r in runs.values())
+    tour = runs[weights[0]]["environment"]
+    block = block_text((ROOT / "README.md").read_text(), "bundle_provenance")
+    assert f"**{recorded} of {len(runs)}** runs record a commit and a digest" in block
+    assert f"{len(runs) - recorded} say \"not recorded\"" in block
+    device = "a CPU" if tour["device"] == "cpu" else f"an {tour['device_name']}"
+    assert f"1 on {device} ({tour['started_utc'][:10]}, with its trained weights: the tour's)" in block
+    _, i = notebook_cell(ROOT / "notebooks" / "00_tour.ipynb", "nb00_bundle")
+    cell = nbformat.read(ROOT / "notebooks" / "00_tour.ipynb", as_version=4).cells[i].source
+    assert ("was made on a CPU, not a GPU" in cell) == (tour["device"] == "cpu")
+    assert "The default comparison of this notebook was also run on a GPU" not in cell
+
+
 # ============================================================================================ bench outputs
 RECORDED = Path(__file__).parent / "data" / "bench_cpu_sections.json"
 
