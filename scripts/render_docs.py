@@ -20,7 +20,9 @@ The verdict words come from :mod:`spanviz.experiments.stats` (``claim_verdict``,
 Usage::
 
     python scripts/render_docs.py           # rewrite every block whose text differs from what the files give
-    python scripts/render_docs.py --check   # change nothing; exit 1 and show each block that differs
+    python scripts/render_docs.py --check   # change nothing; exit 1 and show each block that differs, each
+                                            # summary row field that differs from its per-seed recomputation,
+                                            # and each number docs/prose_numbers.txt cites that its file contradicts
 
 ``tests/test_render_docs.py`` runs ``--check``: a number typed into a block by hand fails the test suite.
 """
@@ -44,6 +46,7 @@ import nbformat
 
 from spanviz.experiments import stats
 from spanviz.experiments.results import read_per_seed
+from spanviz.provenance import source_digest_at
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(
@@ -55,6 +58,7 @@ BLOCK = re.compile(
 """A generated block: its two marker lines (each a whole line) and the text between them."""
 BEGIN_LINE = re.compile(r"^<!-- BEGIN generated:", re.MULTILINE)
 END_LINE = re.compile(r"^<!-- END generated -->", re.MULTILINE)
+BUNDLE = ROOT / "spanviz" / "bundles" / "workshop-gpu.zip"
 MINUS = "\u2212"
 SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
@@ -188,6 +192,25 @@ class Sweep:
                               spec.get("baseline"), name, spec.get("metric")))  # fmt: skip
         return len(keys)
 
+    def drift(self) -> list[str]:
+        """Where the summary's own rows (``NAME.json``) differ from the rows the per-seed table gives: every field
+        both have (``rel_change_pct``, the CI bounds, ``welch_t``, the verdict, ...), numbers to 1e-9 relative.
+        The blocks render the recomputed rows, so a summary edited by hand would otherwise pass unseen."""
+        saved = self.summary.get("rows") or []
+        if len(saved) != len(self.rows):
+            return [f"{self.name}.json: {len(saved)} summary rows, the per-seed table gives {len(self.rows)}"]
+        out = []
+        for i, (new, old) in enumerate(zip(self.rows, saved)):
+            for key in sorted(set(new) & set(old)):
+                a, b = old[key], new[key]
+                same = (math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+                        if _is_number(a) and _is_number(b) else a == b)
+                if not same:
+                    label = old.get("variant") or old.get("strategy")
+                    out.append(f"{self.name}.json: row {i} ({label}, {old.get('metric')}): {key} is {a!r} in the "
+                               f"summary, {b!r} from {self.name}.per_seed.json")
+        return out
+
     @property
     def seeds(self) -> list[int]:
         return sorted({r["seed"] for r in self.table})
@@ -208,6 +231,10 @@ class Sweep:
             return {r["seed"]: r.get(metric) for r in self.table if r["variant"] == name}
 
         return stats.equivalence_test(arm(baseline), arm(variant), margin, relative=relative)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def seeds_for(row: Mapping[str, Any], half_width_pct: float, confidence: float = stats.CONFIDENCE) -> int:
@@ -240,6 +267,54 @@ def load_results(folder: Path) -> dict[str, Any]:
         per_seed = folder / f"{stem}.per_seed.json"
         results[stem] = Sweep(stem, data, read_per_seed(per_seed)) if per_seed.exists() else data
     return results
+
+
+def bundle_summary(path: Path, repo: Path = ROOT) -> dict[str, Any]:
+    """What the shipped workshop bundle's runs record (read with zipfile + json, nothing imported into a store):
+    ``runs``; ``recorded`` / ``not_recorded`` (runs whose environment names a git commit or says "not recorded");
+    ``dirty`` (recorded runs made from a tree with uncommitted changes); ``commits`` (recorded commits, short) and
+    ``unknown_commits`` (those this checkout's git does not know); ``digest_matches`` (recorded runs whose
+    ``source_sha256`` equals :func:`spanviz.provenance.source_digest_at` of their commit); ``by_device``
+    ({"NVIDIA H100 80GB HBM3": n, "CPU": m}); ``defaults`` (the notebooks' default runs — the runs without sweep
+    tags — grouped, each group as {"device", "date", "recorded", "weights", "n"}); ``sweeps`` ({"alphas": n, ...}
+    by the tag ``experiment``); ``weights_mb`` (the trained weights it carries, MB).
+
+    Raises: RenderError when the bundle is missing.
+    """
+    import subprocess
+    import zipfile
+    from collections import Counter
+
+    if not path.is_file():
+        raise RenderError(f"no workshop bundle at {path}")
+    with zipfile.ZipFile(path) as z:
+        names = z.namelist()
+        runs = {n[5:-5]: json.loads(z.read(n)) for n in names if n.startswith("runs/") and n.endswith(".json")}
+        weights_bytes = sum(i.file_size for i in z.infolist() if i.filename.startswith("weights/"))
+    weights = {n.split("/", 1)[1].rsplit(".", 1)[0] for n in names if n.startswith("weights/")}
+
+    def device(env: Mapping[str, Any]) -> str:
+        return env.get("device_name", "?") if str(env.get("device", "")).startswith("cuda") else "CPU"
+
+    envs = {k: r.get("environment") or {} for k, r in runs.items()}
+    recorded = {k: e for k, e in envs.items() if e.get("git_commit") not in (None, "not recorded")}
+    commits = sorted({str(e["git_commit"])[:7] for e in recorded.values()})
+    unknown = [c for c in commits if subprocess.run(["git", "cat-file", "-e", f"{c}^{{commit}}"], cwd=repo,
+                                                    capture_output=True).returncode != 0]  # fmt: skip
+    at = {c: source_digest_at(c, repo) for c in {str(e["git_commit"]) for e in recorded.values()}}
+    matching = sum(1 for e in recorded.values() if at[str(e["git_commit"])] == e.get("source_sha256"))
+    defaults = [{"device": device(envs[k]), "date": str(envs[k].get("started_utc", ""))[:10] or None,
+                 "recorded": k in recorded, "weights": k in weights}
+                for k, r in sorted(runs.items()) if not (r.get("config") or {}).get("tags")]  # fmt: skip
+    defaults = [{**dict(key), "n": n} for key, n in Counter(tuple(d.items()) for d in defaults).items()]
+    defaults.sort(key=lambda d: (d["device"] == "CPU", d["device"], d["date"] or ""))
+    return {"runs": len(runs), "recorded": len(recorded), "not_recorded": len(runs) - len(recorded),
+            "dirty": sum(1 for e in recorded.values() if e.get("git_dirty")), "commits": commits,
+            "digest_matches": matching, "weights_mb": weights_bytes / 1e6,
+            "unknown_commits": unknown, "by_device": dict(Counter(device(e) for e in envs.values())),
+            "defaults": defaults,
+            "sweeps": dict(Counter(((r.get("config") or {}).get("tags") or {}).get("experiment")
+                                   for r in runs.values() if (r.get("config") or {}).get("tags")))}
 
 
 # ============================================================================================== rendering
@@ -320,9 +395,10 @@ def _stray_markers(text: str, where: str) -> None:
 
 
 def documents(root: Path) -> list[Path]:
-    """The files that may hold generated blocks: docs/**/*.md (templates excluded) and notebooks/*.ipynb."""
+    """The files that may hold generated blocks: README.md, docs/**/*.md (templates excluded), notebooks/*.ipynb."""
     docs = [p for p in sorted((root / "docs").rglob("*.md")) if "templates" not in p.relative_to(root / "docs").parts]
-    return docs + sorted((root / "notebooks").glob("*.ipynb"))
+    readme = [root / "README.md"] if (root / "README.md").is_file() else []
+    return readme + docs + sorted((root / "notebooks").glob("*.ipynb"))
 
 
 @dataclass
@@ -341,6 +417,8 @@ def render(root: Path = ROOT, write: bool = True) -> list[Change]:
     """
     env = environment(root / "docs" / "templates")
     results = load_results(root / "docs" / "results")
+    bundle = root / "spanviz" / "bundles" / "workshop-gpu.zip"
+    results["bundle"] = bundle_summary(bundle if bundle.is_file() else BUNDLE)
     changes: list[Change] = []
     for path in documents(root):
         rel = path.relative_to(root).as_posix()
@@ -389,6 +467,103 @@ def used_templates(root: Path = ROOT) -> set[str]:
     return names
 
 
+# ================================================================================= measured numbers in prose
+PROSE_NUMBERS = Path("docs") / "prose_numbers.txt"
+"""The typed numbers of README.md, docs/*.md and the notebooks' markdown that are not generated: one per line,
+``FILE | LITERAL | REASON``. REASON starts with one of :data:`REASONS`; ``backed by docs/results/NAME.json: FIELD``
+(FIELD a dotted path, ``[i]`` for a list item, optionally ``* FACTOR``) is checked by ``--check``: the literal's
+number must be the field's value rounded as the literal is printed; ``backed by docs/results/NAME.log`` (no field):
+the number must appear in that file."""
+REASONS = ("not recomputable", "definition", "backed by", "checked by", "the paper", "a setting")
+_NUMBER = r"(?<![\w.·⁻])[−-]?\d+(?:[  ]\d{3})*(?:\.\d+)?(?:\s?(?:[–-]|to)\s?\d+(?:\.\d+)?)?"
+_UNIT = (r"\s?(?:%|×(?!\s?\d)|ms\b|µs\b|s\b|seconds?\b|minutes?\b|min\b|hours?\b|MB\b|GB\b|GiB\b|MiB\b"
+         r"|(?:tokens|updates|steps)/s)")
+MEASURED = re.compile(_NUMBER + _UNIT)
+"""A number with a unit of time, size, share or ratio (``12–21 s``, ``1.6×``, ``0.3 ms``, ``36 %``); a product of
+sizes (``128×128``, ``6 heads × 32``) is not one."""
+LABELLED = re.compile(r"not\s+recomputable", re.IGNORECASE)
+
+
+def _prose_texts(root: Path) -> Iterator[tuple[str, str]]:
+    """(file, text) of README.md, docs/*.md and each notebook's markdown cells, generated blocks and code removed."""
+    drop = re.compile(BLOCK.pattern + r"|^```.*?^```|`[^`\n]*`", re.DOTALL | re.MULTILINE)
+    for path in documents(root):
+        rel = path.relative_to(root).as_posix()
+        if path.suffix == ".md" and re.fullmatch(r"README\.md|docs/[^/]+\.md", rel):
+            yield rel, drop.sub("", path.read_text())
+        elif path.suffix == ".ipynb":
+            for cell in nbformat.read(path, as_version=4).cells:
+                if cell.cell_type == "markdown":
+                    yield rel, drop.sub("", cell.source)
+
+
+def prose_numbers(root: Path) -> list[tuple[str, str, str]]:
+    """Every measured-looking number typed in prose: (file, literal, its paragraph). A paragraph, table or list
+    item under a heading that says "not recomputable", that says so itself, or a list or table right after a
+    paragraph that says so and ends in ":", is labelled and left out."""
+    found = []
+    for rel, text in _prose_texts(root):
+        heading, scope = "", False  # scope: a labelled paragraph ending in ":" labels the list or table after it
+        for part in re.split(r"\n\s*\n", text):
+            lines = [line for line in part.splitlines() if line.startswith("#")]
+            heading = lines[-1] if lines else heading
+            scope = scope and part.lstrip().startswith(("- ", "|", "* "))
+            if LABELLED.search(part) and part.rstrip().endswith(":"):
+                scope = True
+            if LABELLED.search(heading) or LABELLED.search(part) or scope:
+                continue
+            found += [(rel, m.group(0).replace("\n", " "), part) for m in MEASURED.finditer(part)]
+    return found
+
+
+def allowed_numbers(root: Path) -> dict[tuple[str, str], str]:
+    """:data:`PROSE_NUMBERS` as {(file, literal): reason}.
+
+    Raises: RenderError for a line without three fields or with a reason that names none of :data:`REASONS`."""
+    allowed = {}
+    path = root / PROSE_NUMBERS
+    for i, line in enumerate(path.read_text().splitlines() if path.is_file() else [], 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        parts = [p.strip() for p in line.split(" | ")]
+        if len(parts) != 3 or not parts[2].startswith(REASONS):
+            raise RenderError(f"{PROSE_NUMBERS}:{i}: expected 'FILE | LITERAL | REASON' with a reason starting "
+                              f"with one of {REASONS}, got {line!r}")
+        allowed[(parts[0], parts[1])] = parts[2]
+    return allowed
+
+
+def _field(data: Any, path: str) -> Any:
+    for key in re.findall(r"[^.\[\]]+|\[\d+\]", path):
+        data = data[int(key[1:-1])] if key.startswith("[") else data[key]
+    return data
+
+
+def backed_number_errors(root: Path) -> list[str]:
+    """The ``backed by`` entries of :data:`PROSE_NUMBERS` whose literal is not the named field's value (rounded as
+    printed), or whose file or field does not exist: a changed bench field that prose quotes fails here."""
+    errors = []
+    for (rel, literal), reason in allowed_numbers(root).items():
+        if not reason.startswith("backed by"):
+            continue
+        m = re.fullmatch(r"backed by (docs/results/[\w.-]+)(?:: ([^ ]+)(?: \* ([\d.e-]+))?)?(?: \(.*\))?", reason)
+        number = re.search(r"\d+(?:[  ]\d{3})*(?:\.\d+)?", literal)[0].replace(" ", "").replace("\u202f", "")
+        try:
+            text = (root / m[1]).read_text()
+            if m[2] is None:  # a log: the number must be in it
+                if not re.search(rf"(?<![\d.]){re.escape(number)}(?![\d])", text):
+                    errors.append(f"{rel}: prose says {literal!r}, {m[1]} holds no {number}")
+                continue
+            value = _field(json.loads(text), m[2]) * float(m[3] or 1)
+        except (TypeError, KeyError, IndexError, OSError, ValueError) as error:
+            errors.append(f"{rel}: {literal!r}: {reason!r}: {type(error).__name__}: {error}")
+            continue
+        digits = len(number.split(".")[1]) if "." in number else 0
+        if round(abs(value), digits) != float(number):
+            errors.append(f"{rel}: prose says {literal!r}, {m[1]} {m[2]} gives {value:.{digits}f}")
+    return errors
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true",
@@ -397,9 +572,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         changes = render(args.root, write=not args.check)
+        results = load_results(args.root / "docs" / "results")
+        drift = [m for r in results.values() if isinstance(r, Sweep) for m in r.drift()]
+        backed = backed_number_errors(args.root)
     except RenderError as error:
         print(f"render_docs: {error}", file=sys.stderr)
         return 2
+    for message in drift + backed:  # a guard of --check; rendering writes the blocks and only warns
+        print(f"render_docs: {message}", file=sys.stdout if args.check else sys.stderr)
+    if args.check and (drift or backed):
+        print(f"{len(drift)} summary field(s) differ from what the per-seed tables give, {len(backed)} number(s) in "
+              f"prose from what the file they cite gives ({PROSE_NUMBERS}): a results file was edited by hand, or "
+              f"the prose was not updated with it", file=sys.stderr)
     for change in changes:
         if args.check:
             diff = difflib.unified_diff(change.old.splitlines(), change.new.splitlines(), "as written",
@@ -408,6 +592,8 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(diff))
         else:
             print(f"{change.where}: rewrote block {change.template!r}")
+    if args.check and (drift or backed):
+        return 1
     if args.check and changes:
         print(f"{len(changes)} generated block(s) differ: run `python scripts/render_docs.py` (and do not edit "
               f"generated blocks by hand: edit docs/templates/ or the results)", file=sys.stderr)

@@ -34,7 +34,9 @@ def test_spans_caption_says_what_the_delta_figure_draws_and_why_it_can_differ():
              "noise": np.array([0.04, -2.07, 0.58])}
     t = text(captions.spans_change_caption(delta, **SPANS))
     assert "At the last evaluation (step 299) the α run kv8 [1 0 0 0] had a validation loss +3.29 % against " \
-           "standard (worse)" in t
+           "standard (higher)" in t
+    # "worse" only once the seed band is checked: the change is outside every seed difference of the run
+    assert t.index("outside the band") < t.index("ended worse than standard") and "(worse)" not in t
     assert "±0.58 % there and at most ±2.07 % over the run (step 150)" in t
     assert "outside the band" in t and "Largest change over the run: +4.79 % (step 150)" in t
     assert "d_head = 32 here, below the d_head ≥ 64" in t and "300 steps of a 2-layer model with d_model 64" in t
@@ -45,10 +47,14 @@ def test_spans_caption_says_what_the_delta_figure_draws_and_why_it_can_differ():
 
     inside = {**delta, "changes": {"kv8 [1 0 0 0]": np.array([0.0, -0.3, -0.2])}}
     t = text(captions.spans_change_caption(inside, **{**SPANS, "d_head": 64, "steps_planned": 1000}))
-    assert "So far, at step 299 of 1000, the α run" in t and "−0.20 %" in t and "(better)" in t
+    assert "So far, at step 299 of 1000, the α run" in t and "−0.20 %" in t and "(lower)" in t
     assert "inside the band" in t and "below the d_head" not in t  # d_head 64: that reason does not apply
+    assert "better" not in t and "worse" not in t and "not the same as no effect" in t  # inside: no verdict word
+    no_band = text(captions.spans_change_caption({**inside, "noise": None}, **SPANS))
+    assert "(lower)" in no_band and "better" not in no_band and "No seed band yet" in no_band
     ones = text(captions.spans_change_caption(delta, **{**SPANS, "alphas": (1.0, 1.0, 1.0, 1.0)}))
-    assert "float rounding" in ones and "Why it can differ" not in ones
+    assert "same fused attention path as standard, bit for bit" in ones and "Why it can differ" not in ones
+    assert "float rounding of the explicit attention path" not in ones  # [1111] no longer forces that path
     assert captions.spans_change_caption(None, **SPANS) == ""
 
 
@@ -57,6 +63,12 @@ def test_loss_caption_lists_every_run_and_says_when_curves_coincide():
             "[1000]": {"step": [0, 9], "train_loss": [9.0, 5.1], "val_loss": [None, 5.43]}}
     t = text(captions.loss_caption(runs))
     assert "standard 5.411 (step 9); [1000] 5.43 (step 9)" in t and "within 0.35 %" in t and "narrower" in t
+    assert "lie close together" in t and "on top of each other" not in t  # 0.35 % apart: visibly two curves
+    apart = {k: {**v, "val_loss": [9.0, 5.411 * f]} for (k, v), f in zip(runs.items(), (1.0, 1.019))}
+    t = text(captions.loss_caption(apart))
+    assert "within 1.90 %" in t and "close together" in t and "on top of each other" not in t
+    same = {k: {**v, "val_loss": [9.0, 5.411 * f]} for (k, v), f in zip(runs.items(), (1.0, 1.0004))}
+    assert "lie on top of each other" in text(captions.loss_caption(same))
     widths = [tr["line"]["width"] for tr in loss_curves_data(runs, ("train_loss", "val_loss"))[1::2]]
     assert widths[0] == widths[1] > widths[2] == widths[3]  # the first run drawn wider: both visible
     assert captions.loss_caption({"a": {"step": [0], "train_loss": [1.0], "val_loss": [None]}}) == ""

@@ -233,6 +233,99 @@ def test_unbalanced_markers_and_unknown_templates_are_errors(tmp_path):
     assert out.returncode == 2 and "source 'bench_nowhere' is not a file of docs/results/" in out.stderr
 
 
+# ======================================================= a summary edited by hand, a cited bench field changed
+@pytest.mark.parametrize("field", ["rel_change_pct", "ci_low", "ci_high", "rel_ci_high_pct", "welch_t", "verdict"])
+def test_a_summary_field_edited_by_hand_fails_the_check(tmp_path, field):
+    """The blocks render rows recomputed from the per-seed table, so a summary row edited by hand changes no block:
+    --check compares every field of every summary row with the recomputation."""
+    root = copy_tree(tmp_path)
+    summary = root / "docs" / "results" / "ls_cpu.json"
+    data = json.loads(summary.read_text())
+    i, row = next((i, r) for i, r in enumerate(data["rows"])
+                  if r["variant"] == "ls" and r["metric"] == "peak_max_logit")
+    row[field] = "shown to be lower" if field == "verdict" else row[field] + 0.5
+    summary.write_text(json.dumps(data))
+    out = run("--check", "--root", str(root))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert f"ls_cpu.json: row {i} (ls, peak_max_logit): {field} is" in out.stdout
+    assert "differs from what docs/results/ gives" not in out.stdout  # no block changed: only the new check sees it
+    assert "1 summary field(s) differ" in out.stderr
+
+
+def test_a_bench_field_that_prose_cites_but_no_block_renders_fails_the_check(tmp_path):
+    """docs/ls_attention.md types "20.7 %" (the LS mask's share of causal pairs) from a field no template renders;
+    docs/prose_numbers.txt names that field, and --check compares the two."""
+    root = copy_tree(tmp_path)
+    assert "docs/ls_attention.md | 20.7 % | backed by docs/results/gpu_run3_profile.json: " \
+           "curve.points[0].mask_shares.pairs * 100" in (root / "docs" / "prose_numbers.txt").read_text()
+    profile = root / "docs" / "results" / "gpu_run3_profile.json"
+    data = json.loads(profile.read_text())
+    data["curve"]["points"][0]["mask_shares"]["pairs"] = 0.25
+    profile.write_text(json.dumps(data))
+    out = run("--check", "--root", str(root))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "docs/ls_attention.md: prose says '20.7 %', docs/results/gpu_run3_profile.json " \
+           "curve.points[0].mask_shares.pairs gives 25.0" in out.stdout
+    assert "differs from what docs/results/ gives" not in out.stdout  # the field is in no block
+    # ... and a log it cites: the run-4 test time
+    profile.write_text(json.dumps(json.loads((ROOT / "docs/results/gpu_run3_profile.json").read_text())))
+    log = root / "docs" / "results" / "gpu_run4_tests.log"
+    log.write_text(log.read_text().replace("in 138.39s", "in 141.02s"))
+    out = run("--check", "--root", str(root))
+    assert out.returncode == 1 and "docs/gpu.md: prose says '138 s', docs/results/gpu_run4_tests.log holds no 138" \
+        in out.stdout, out.stdout
+
+
+def test_a_cited_field_that_no_longer_exists_is_named(tmp_path):
+    root = copy_tree(tmp_path)
+    allowed = root / "docs" / "prose_numbers.txt"
+    allowed.write_text(allowed.read_text().replace("mask_shares.pairs * 100", "mask_shares.paris * 100"))
+    out = run("--check", "--root", str(root))
+    assert out.returncode == 1 and "KeyError: 'paris'" in out.stdout, out.stdout
+
+
+def test_the_ls_latency_claim_is_judged_on_the_forward_profile():
+    """The paper claims inference latency: the claims table's latency row quotes the forward profile of
+    docs/results/gpu_run1_profile.json (one launch-bound run, said so), not the forward + backward curve."""
+    cases = json.loads((ROOT / "docs" / "results" / "gpu_run1_profile.json").read_text())["wrapper"]["cases"]
+
+    def kernel_us(case: str) -> float:
+        return max(op["self_device_us_per_call"] for op in cases[case]["top_ops"])
+
+    ls, fa, flex = kernel_us("ls_direct_all_heads"), kernel_us("dense_causal_sdpa"), kernel_us("direct")
+    event = cases["ls_direct_all_heads"]["event_ms_per_call"] / cases["dense_causal_sdpa"]["event_ms_per_call"]
+    claims = block_text((ROOT / "docs" / "ls_attention.md").read_text(), "ls_claims")
+    row = next(line for line in claims.splitlines() if line.startswith("| inference latency"))
+    assert f"took {render_docs.fixed(ls / fa, 2)}× FlashAttention's device time per call" in row
+    assert f"({render_docs.fixed(ls, 0)} vs {render_docs.fixed(fa, 0)} µs; {render_docs.fixed(event, 2)}× in GPU " \
+           "time per call)" in row
+    assert "one run, launch-bound" in row and "forward + backward" not in row
+    assert f"the dense causal FlexAttention kernel took {render_docs.fixed(flex, 0)} µs" in row
+    text = (ROOT / "docs" / "ls_attention.md").read_text() + (ROOT / "docs" / "gpu.md").read_text()
+    assert "FlexAttention's kernel is itself" not in text and "which eats the saving" not in text  # the false cause
+
+
+def test_what_the_docs_say_of_the_bundle_is_what_the_bundle_holds():
+    """README, docs/gpu.md and notebook 00 quote the shipped bundle through a block: the count of runs that record
+    their provenance, and the device of the tour's run (the one whose trained weights ship with it)."""
+    import zipfile
+
+    with zipfile.ZipFile(render_docs.BUNDLE) as z:
+        runs = {n[5:-5]: json.loads(z.read(n)) for n in z.namelist() if n.startswith("runs/")}
+        weights = [n.split("/")[1].removesuffix(".pt") for n in z.namelist() if n.startswith("weights/")]
+    recorded = sum(r["environment"].get("git_commit") not in (None, "not recorded") for r in runs.values())
+    tour = runs[weights[0]]["environment"]
+    block = block_text((ROOT / "README.md").read_text(), "bundle_provenance")
+    assert f"**{recorded} of {len(runs)}** runs record a commit and a digest" in block
+    assert f"{len(runs) - recorded} say \"not recorded\"" in block
+    device = "a CPU" if tour["device"] == "cpu" else f"an {tour['device_name']}"
+    assert f"1 on {device} ({tour['started_utc'][:10]}, with its trained weights: the tour's)" in block
+    _, i = notebook_cell(ROOT / "notebooks" / "00_tour.ipynb", "nb00_bundle")
+    cell = nbformat.read(ROOT / "notebooks" / "00_tour.ipynb", as_version=4).cells[i].source
+    assert ("was made on a CPU, not a GPU" in cell) == (tour["device"] == "cpu")
+    assert "The default comparison of this notebook was also run on a GPU" not in cell
+
+
 # ============================================================================================ bench outputs
 RECORDED = Path(__file__).parent / "data" / "bench_cpu_sections.json"
 
@@ -334,13 +427,16 @@ def test_the_claims_table_uses_a_shipped_gpu_bench_when_there_is_one(tmp_path, c
     curve = json.loads((ROOT / "docs" / "results" / "gpu_run3_profile.json").read_text())["curve"]["points"]
     paper = render_docs.fixed(curve[0]["ratio_vs_dense"]["ls_model_path"], 2)
     assert f"LS took {paper}× dense causal FlashAttention at T {curve[0]['T']}" in root_text
+    assert "| training time (forward + backward): not a claim of the paper |" in root_text
     gpu = gpu_shaped(cpu_bench)
     text = render_with(tmp_path, {"bench_gpu": gpu}, ["ls_claims"])
     claims = block_text(text, "ls_claims")
     ratios = [r for case, r in gpu["ls"]["ratio_vs_dense"].items() if case.startswith("ls_")]
     best = [render_docs.fixed(min(r[p] for r in ratios), 2) for p in ("forward", "forward_backward")]
-    assert f"LS is at best {best[0]}× (forward) and {best[1]}× (forward + backward)" in claims
-    assert "1.25× (forward) for the whole 6-layer model (`docs/results/bench_gpu.json`" in claims
+    assert f"forward (the inference pass): on an a test GPU LS is at best {best[0]}× dense causal SDPA" in claims
+    assert f"| training time (forward + backward): not a claim of the paper | — | on an a test GPU LS is at best " \
+           f"{best[1]}×" in claims  # a row of its own: the paper claims inference latency
+    assert "1.25× for the whole 6-layer model (`docs/results/bench_gpu.json`" in claims
 
 
 def test_a_missing_or_failed_bench_section_is_named(tmp_path, cpu_bench):

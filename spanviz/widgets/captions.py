@@ -23,6 +23,9 @@ from spanviz.plots.common import layer_series, series
 PAPER_SPANS_CHANGE = -0.56
 """The spans paper's reported change of validation loss with [1000] against standard, in percent (arXiv
 2512.13033, abstract: "0.56 % lower")."""
+OVERLAP_PCT = 0.1
+"""Below this spread of the runs' last validation losses (percent) the loss caption says the curves "lie on top of
+each other"; from there up to 2 % it says "close together" (at a 2 % spread the curves are visibly apart)."""
 PAPER_SPANS_MIN_D_HEAD = 64
 """The d_head from which secondary summaries of the spans paper report gains (not checked against its body)."""
 
@@ -82,7 +85,8 @@ def loss_caption(histories: Mapping[str, Mapping[str, Sequence[Any]]]) -> str:
         values = [v for _, v in last.values()]
         spread = 100.0 * (max(values) / min(values) - 1.0)
         if spread < 2.0:
-            text += (f" The runs end within {spread:.2f} % of each other, so their curves lie on top of each other: "
+            closeness = "lie on top of each other" if spread < OVERLAP_PCT else "lie close together"
+            text += (f" The runs end within {spread:.2f} % of each other, so their curves {closeness}: "
                      "each run is drawn narrower than the one before it (and with its own marker), so every one "
                      "stays visible.")
     return _p(text)
@@ -120,24 +124,30 @@ def spans_change_caption(
     done = last_step + 1 >= steps_planned
     when = f"At the last evaluation (step {last_step})" if done else \
         f"So far, at step {last_step} of {steps_planned},"
-    sense = "worse" if last > 0 else "better" if last < 0 else "the same"
+    direction = "higher" if last > 0 else "lower" if last < 0 else "the same"
+    sense = "worse" if last > 0 else "better"  # said only once the change is outside the seed band
     text = (f"<b>What this run shows.</b> {when} the α run {_e(alpha_label)} had a validation loss "
-            f"<b>{_pct(last)}</b> against standard ({sense}).")
+            f"<b>{_pct(last)}</b> against standard ({direction}).")
     if noise is not None and len(noise) > 1:
         band, k = float(noise[-1]), int(np.argmax(noise))
         text += (f" The gray band — {_e(twin_label)} against seed {seed} — is ±{band:.2f} % there and at most "
                  f"±{float(noise[k]):.2f} % over the run (step {int(steps[k])}).")
         if abs(last) > float(noise.max()):
-            text += " The change is <b>outside the band</b>, wider than any seed difference of the run."
+            text += (f" The change is <b>outside the band</b>, wider than any seed difference of the run: in this run "
+                     f"the α run ended <b>{sense}</b> than standard (one seed pair: a sweep over seeds tests it).")
         elif abs(last) > band:
             text += " The change is outside the band at this step, but not wider than the band elsewhere in the run."
         else:
-            text += " The change is <b>inside the band</b>: not told apart from the seed noise."
+            text += (" The change is <b>inside the band</b>: not told apart from the seed noise — not shown, which "
+                     "is not the same as no effect.")
+    else:
+        text += " No seed band yet: whether the change is more than seed noise is not known."
     k = int(np.argmax(np.abs(change)))
     text += f" Largest change over the run: {_pct(float(change[k]))} (step {int(steps[k])})."
     if all(a == 1.0 for a in alphas):
-        text += (" With every α = 1 the hook hands dS back untouched: any change is float rounding of the explicit "
-                 "attention path.")
+        text += (" With every α = 1 the hook hands dS back untouched; without dropout the run trains on the same fused "
+                 "attention path as standard, bit for bit, so the change is 0; with dropout it stays on the explicit "
+                 "path, whose float rounding and dropout masks differ from standard's.")
         return _p(text)
     reasons = []
     if d_head < PAPER_SPANS_MIN_D_HEAD:
@@ -378,6 +388,6 @@ def alpha_response_caption(rows: Sequence[Mapping[str, Any]], shares: Mapping[in
               f"</details>")
 
 
-__all__ = ["PAPER_SPANS_CHANGE", "PAPER_SPANS_MIN_D_HEAD", "alpha_response_caption", "angles_caption", "bounds_caption",
-           "growth_caption", "loss_caption", "max_logit_caption", "seed_peaks_caption",
+__all__ = ["OVERLAP_PCT", "PAPER_SPANS_CHANGE", "PAPER_SPANS_MIN_D_HEAD", "alpha_response_caption", "angles_caption",
+           "bounds_caption", "growth_caption", "loss_caption", "max_logit_caption", "seed_peaks_caption",
            "spans_change_caption"]

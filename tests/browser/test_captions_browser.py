@@ -154,10 +154,10 @@ def test_spans_captions_quote_the_drawn_change_band_and_angles(browser, replay_l
         n = len(alpha["x"])
         upper = [abs(v) for v in band["y"][:n]]  # the band polygon: +|noise| along x, then −|noise| back
         m = expect(caption, r"\(step (\d+)\) the α run (.+?) had a validation loss ([+−]\d+\.\d+) % against standard "
-                            r"\((worse|better)\)")
+                            r"\((higher|lower)\)")
         assert int(m.group(1)) == alpha["x"][-1] and m.group(2) == alpha["name"]
         check(m.group(3), alpha["y"][-1], "change at the last evaluation", caption)
-        assert m.group(4) == ("worse" if alpha["y"][-1] > 0 else "better")
+        assert m.group(4) == ("higher" if alpha["y"][-1] > 0 else "lower")
         m = expect(caption, r"is ±(\d+\.\d+) % there and at most ±(\d+\.\d+) % over the run \(step (\d+)\)")
         check(m.group(1), upper[-1], "band at the last evaluation", caption)
         check(m.group(2), max(upper), "widest band", caption)
