@@ -25,7 +25,8 @@ from spanviz.widgets.block_scaler import slider_values
 
 
 class Pool:
-    """Distinct JSON texts, each stored once: ``add(obj) → index``. ``json()`` is the JSON list of them."""
+    """Distinct JSON texts, each stored once: ``add(obj) → index``. ``json()`` is the JSON list of them (as
+    strings)."""
 
     def __init__(self) -> None:
         self.texts: list[str] = []
@@ -41,7 +42,8 @@ class Pool:
         return self.add_text(compact_json(obj))
 
     def json(self) -> str:
-        return "[" + ",".join(self.texts) + "]"
+        """The JSON list of the texts, each as a JSON string: the page parses a state when it first draws it."""
+        return json.dumps(self.texts, separators=(",", ":"))
 
 
 TYPED_MIN = 64

@@ -4,7 +4,10 @@
 // benchmark: window.__sv.first (ms from navigation to the first figure drawn), window.__sv.timings (per input:
 // control and ms from the input event to the redraw painted).
 (function () {
-  const pool = JSON.parse(document.getElementById("sv-pool").textContent);
+  // the states as JSON texts, each parsed when first drawn (a page holds thousands; most are never drawn)
+  const texts = JSON.parse(document.getElementById("sv-pool").textContent);
+  const parsed = new Map();
+  const pool = (i) => { if (!parsed.has(i)) parsed.set(i, JSON.parse(texts[i])); return parsed.get(i); };
   const sv = (window.__sv = { first: null, ready: false, timings: [], errors: [], sections: {} });
   const config = { responsive: true, displaylogo: false };
 
@@ -36,8 +39,8 @@
       const st = view.states[key];
       const div = divs[view.name];
       if (st === undefined) { div.textContent = "(this setting was not recorded)"; return Promise.resolve(); }
-      if (view.kind === "html") { div.innerHTML = pool[st]; return Promise.resolve(); }
-      let data = pool[st[0]], layout = pool[st[1]];
+      if (view.kind === "html") { div.innerHTML = pool(st); return Promise.resolve(); }
+      let data = pool(st[0]), layout = pool(st[1]);
       if (view.alpha) {
         const drawn = spanAlphaState(data, layout, view.alpha.cells[key], view.alpha.controls.map(value));
         if (drawn) ({ data, layout } = drawn);
