@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| page | first figure (ms after navigation) |\n|---|---|")
     for name, ms in result["pages"].items():
         print(f"| {name} | {ms:.0f} |")
-    print(f"\n| control | median ms | p95 ms | max ms | inputs |\n|---|---|---|---|---|")
+    print("\n| control | median ms | p95 ms | max ms | inputs |\n|---|---|---|---|---|")
     for row in result["controls"]:
         print(f"| {row['control']} | {row['median_ms']:.1f} | {row['p95_ms']:.1f} | {row['max_ms']:.1f} | {row['n']} |")
     if args.json:

@@ -111,7 +111,8 @@ def test_alpha_table_is_the_python_layout():
         a = [values[o][k] for o, k in enumerate(ks)]
         layout = span_blocks_layout(cells, a)
         for o in range(4):
-            assert {k: layout[f"coloraxis{o + 2}"][k] for k in ("cmin", "cmax", "reversescale")} == table["color"][o][ks[o]]
+            axis = layout[f"coloraxis{o + 2}"]
+            assert {k: axis[k] for k in ("cmin", "cmax", "reversescale")} == table["color"][o][ks[o]]
         for i, o in enumerate(cells["orders"]):
             assert layout["shapes"][8 + i]["y1"] == table["bar"][i][ks[o]]
             assert layout["annotations"][i]["text"] == table["title"][i][ks[o]]

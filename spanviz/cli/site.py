@@ -1,4 +1,5 @@
-"""``spanviz site OUT``: the notebooks as static pages that open from disk, offline (:func:`spanviz.site.build_site`)."""
+"""``spanviz site OUT``: the notebooks as static pages that open from disk, offline
+(:func:`spanviz.site.build_site`)."""
 
 from __future__ import annotations
 

@@ -249,7 +249,8 @@ def span_blocks_layout(cells: Mapping[str, Any], alphas: Sequence[float] | None 
     shapes = [{**bar, "x0": i - BAR_WIDTH, "x1": float(i), "y1": float(r), "fillcolor": "lightgray",
                "name": "‖block‖/‖dS‖", "legendgroup": "unscaled", "showlegend": i == 0}
               for i, r in enumerate(rel)]
-    shapes += [{**bar, "x0": float(i), "x1": i + BAR_WIDTH, "y1": span_block_bar_height(r, a[o]), "fillcolor": ORDER_COLORS[o],
+    shapes += [{**bar, "x0": float(i), "x1": i + BAR_WIDTH, "y1": span_block_bar_height(r, a[o]),
+                "fillcolor": ORDER_COLORS[o],
                 "name": "‖α·block‖/‖dS‖", "legendgroup": "scaled", "showlegend": i == 0}
                for i, (r, o) in enumerate(zip(rel, orders))]
     hidden = {"showticklabels": False, "showgrid": False, "zeroline": False, "ticks": ""}

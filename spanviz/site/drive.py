@@ -10,7 +10,8 @@ READY_JS = "() => window.__sv && window.__sv.ready"
 DRAWN_JS = """() => Array.from(document.querySelectorAll('section.sv-x .sv-fig')).map((d) => ({
   section: d.closest('section').dataset.x, view: d.dataset.view,
   traces: d._fullData ? d._fullData.length : 0,
-  points: d._fullData ? d._fullData.reduce((s, t) => s + ['x', 'y', 'z'].reduce((a, k) => a + (t[k] && t[k].length ? t[k].length : 0), 0), 0) : 0,
+  points: d._fullData ? d._fullData.reduce((s, t) => s + ['x', 'y', 'z'].reduce(
+    (a, k) => a + (t[k] && t[k].length ? t[k].length : 0), 0), 0) : 0,
 }))"""
 CONTROLS_JS = """() => Array.from(document.querySelectorAll('section.sv-x')).flatMap((s) =>
   (window.__sv.sections[s.dataset.x] || {spec: {controls: []}}).spec.controls.map((c) => ({
@@ -18,7 +19,8 @@ CONTROLS_JS = """() => Array.from(document.querySelectorAll('section.sv-x')).fla
 SIGNATURE_JS = """([section]) => { const s = window.__sv.sections[section]; const out = {};
   for (const [name, div] of Object.entries(s.divs)) out[name] = div.data
     ? JSON.stringify([div.data.map((t) => [t.z && t.z.length, t.opacity, t.x && Array.from(t.x).slice(0, 50),
-        t.y && Array.from(t.y).slice(0, 200), t.z && Array.isArray(t.z) ? JSON.stringify(t.z).length + JSON.stringify(t.z).slice(0, 4000) : '']),
+        t.y && Array.from(t.y).slice(0, 200),
+        t.z && Array.isArray(t.z) ? JSON.stringify(t.z).length + JSON.stringify(t.z).slice(0, 4000) : '']),
         div.layout.annotations, div.layout.shapes, div.layout.title, div.layout.yaxis2,
         ['coloraxis2', 'coloraxis3', 'coloraxis4', 'coloraxis5'].map((k) => div.layout[k])])
     : div.innerHTML;
@@ -28,8 +30,8 @@ MOVE_JS = """([section, name, index]) => new Promise((resolve) => {
   const before = window.__sv.timings.length;
   input.value = String(index);
   input.dispatchEvent(new Event('input', {bubbles: true}));
-  const wait = () => window.__sv.timings.length > before ? resolve(window.__sv.timings[window.__sv.timings.length - 1].ms)
-    : setTimeout(wait, 1);
+  const wait = () => window.__sv.timings.length > before
+    ? resolve(window.__sv.timings[window.__sv.timings.length - 1].ms) : setTimeout(wait, 1);
   wait(); })"""
 
 

@@ -79,7 +79,8 @@ def widget_values(w: W.Widget) -> tuple[list[Any], list[str]]:
         ValueError: a widget kind without a finite set of values.
     """
     if isinstance(w, (W.SelectionSlider, W.Dropdown, W.ToggleButtons, W.RadioButtons)):
-        return [v for _, v in w.options] if isinstance(w.options[0], tuple) else list(w.options), list(w._options_labels)
+        values = [v for _, v in w.options] if isinstance(w.options[0], tuple) else list(w.options)
+        return values, list(w._options_labels)
     if isinstance(w, W.IntSlider):
         values = list(range(int(w.min), int(w.max) + 1, int(w.step)))
         return values, [str(v) for v in values]
@@ -127,7 +128,7 @@ def record(pool: Pool, controls: Mapping[str, W.Widget], views: Mapping[str, tup
         pending = [v for v in out_views if _key(v["on"], names, combo) not in v["states"]]
         if not pending:
             continue
-        for spec, i, n in zip(specs, combo, names):
+        for i, n in zip(combo, names):
             value = widget_values(controls[n])[0][i]
             if controls[n].value != value:
                 controls[n].value = value

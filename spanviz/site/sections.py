@@ -144,7 +144,8 @@ def growth_explorable(pool: Pool, store: Any) -> tuple[dict[str, Any], Any]:
     """Notebook 02's logit-growth lab: its learning-rate selector over the sweep and the curves; and the lab."""
     lab = GrowthLab(lab_records(store), static=False)
     if not lab.views:
-        return fixed(pool, {"missing": f"<p class='sv-note'>No growth-lab runs: <code>{GROWTH_COMMAND}</code></p>"}), lab
+        note = f"<p class='sv-note'>No growth-lab runs: <code>{GROWTH_COMMAND}</code></p>"
+        return fixed(pool, {"missing": note}), lab
     out = record(pool, {"lr": lab.controls["lr"]}, {"sweep": (lambda: lab.views["sweep"], ["lr"]),
                                                     "curves": (lambda: lab.views["curves"], ["lr"])})
     out["views"].insert(0, fixed(pool, {"caption": lab.caption.value})["views"][0])

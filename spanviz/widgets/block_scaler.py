@@ -3,7 +3,8 @@
 An α slider changes nothing of the blocks figure's trace data (:func:`spanviz.plots.span_blocks_figure`): its
 heatmaps hold the unscaled blocks, and α sets each order's colour range, the heights of the scaled norm bars
 (rectangles), the bars' axis range, the blocks' titles and, at α = 0, a heatmap's opacity. :class:`BlockScaler`
-sends what that needs once per preset, layer and head (names, orders, and the α table: ~25 KB); its front-end module (``spanviz/widgets/static/block_scaler.js``) listens to the α
+sends what that needs once per preset, layer and head (names, orders, and the α table: ~25 KB); its front-end
+module (``spanviz/widgets/static/block_scaler.js``) listens to the α
 sliders' models in the page and writes those few layout values into the blocks figure's model there, which redraws
 at once — and, since no trace data changed, plotly.js redraws only colours, shapes and titles (~15 ms in
 JupyterLab, against ~55 ms for a figure whose heatmaps change). The kernel keeps the figure's state in step without
@@ -80,7 +81,7 @@ class BlockScaler(anywidget.AnyWidget):
     """
 
     # the α lookup (span_alpha.js, shared with the static site) and then the module that uses it
-    _esm = (STATIC / "span_alpha.js").read_text(encoding="utf-8") + (STATIC / "block_scaler.js").read_text(encoding="utf-8")
+    _esm = "".join((STATIC / f).read_text(encoding="utf-8") for f in ("span_alpha.js", "block_scaler.js"))
     _figure = T.Instance(PlotlyFigure).tag(sync=True, **W.widget_serialization)
     _sliders = T.List(T.Instance(W.Widget)).tag(sync=True, **W.widget_serialization)
     _pickers = T.List(T.Instance(W.Widget)).tag(sync=True, **W.widget_serialization)

@@ -90,7 +90,8 @@ def test_alpha_page_agrees_with_python(browser, site: Path) -> None:
             shown = page.evaluate(f"""() => {{ const d = window.__sv.sections['{section}'].divs.blocks;
                 return {{layout: d.layout, opacity: d.data.map((t) => t.opacity)}}; }}""")
             a = [ctl[f"alpha{i}"]["values"][k] for i, k in enumerate(alphas)]
-            key = tuple(ctl[n]["values"][min(k, len(ctl[n]["values"]) - 1)] for n, k in zip(("preset", "layer", "head"), pick))
+            key = tuple(ctl[n]["values"][min(k, len(ctl[n]["values"]) - 1)]
+                        for n, k in zip(("preset", "layer", "head"), pick))
             panel._load_head(key)
             cells = panel._cells[key]
             want, traces = span_blocks_layout(cells, a), span_blocks_traces(cells, a)
@@ -101,7 +102,8 @@ def test_alpha_page_agrees_with_python(browser, site: Path) -> None:
                        [want[axis][k] for k in ("cmin", "cmax", "reversescale")], (a, key, axis)
             assert [s["y1"] for s in shown["layout"]["shapes"][n:2 * n]] == [s["y1"] for s in want["shapes"][n:2 * n]]
             assert shown["layout"]["yaxis2"]["range"] == want["yaxis2"]["range"]
-            assert [x["text"] for x in shown["layout"]["annotations"][:n]] == [x["text"] for x in want["annotations"][:n]]
+            titles = [x["text"] for x in want["annotations"][:n]]
+            assert [x["text"] for x in shown["layout"]["annotations"][:n]] == titles
             assert shown["opacity"][:n] == [t["opacity"] for t in traces[:n]]
         assert not errors
     finally:
