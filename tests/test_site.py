@@ -117,3 +117,16 @@ def test_alpha_table_is_the_python_layout():
             assert layout["shapes"][8 + i]["y1"] == table["bar"][i][ks[o]]
             assert layout["annotations"][i]["text"] == table["title"][i][ks[o]]
         assert layout["yaxis2"]["range"][1] == max(table["reach"][i][ks[o]] for i, o in enumerate(cells["orders"]))
+
+
+def test_without_wikitext_train_names_what_to_run(tmp_path):
+    """A fresh clone without WikiText-2 still builds; Train then says what to run instead of replaying."""
+    notebooks = tmp_path / "nb"
+    notebooks.mkdir()
+    src = Path(__file__).resolve().parents[1] / "notebooks" / "03_fp8_logit_bounds.ipynb"
+    (notebooks / src.name).write_text(src.read_text(encoding="utf-8"), encoding="utf-8")
+    result = build_site(tmp_path / "site", notebooks=notebooks, data=None)
+    pool, _ = page_json(tmp_path / "site" / "03_fp8_logit_bounds.html")
+    text = " ".join(s for s in pool if isinstance(s, str))
+    assert "03_fp8_logit_bounds-bounds" in result["explorables"]["03_fp8_logit_bounds.html"]
+    assert "WikiText-2 was not at hand" in text and "open notebooks/03_fp8_logit_bounds.ipynb" in text
