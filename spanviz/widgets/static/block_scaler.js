@@ -21,18 +21,21 @@
 // nowhere (a large model or context, see spanviz.widgets.spans.PREFETCH_MAX_STATES) waits for the kernel.
 
 async function bind(model, state) {
-  const manager = model.widget_manager;
-  const get = (ref) => manager.get_model(String(ref).replace(/^IPY_MODEL_/, ""));
   for (const s of state.sliders) s.off("change:value", state.apply);
   for (const p of state.pickers) p.off("change:index", state.pick);
   if (state.figure) state.figure.off("change:_revision", state.drawn);
-  state.figure = await get(model.get("_figure"));
-  state.sliders = await Promise.all(model.get("_sliders").map(get));
-  state.pickers = await Promise.all((model.get("_pickers") || []).map(get));
+  state.figure = await state.get(model.get("_figure"));
+  state.sliders = await Promise.all(model.get("_sliders").map(state.get));
+  state.pickers = await Promise.all((model.get("_pickers") || []).map(state.get));
   for (const s of state.sliders) s.on("change:value", state.apply);
   for (const p of state.pickers) p.on("change:index", state.pick);
   state.figure.on("change:_revision", state.drawn);
   state.kernelCells();
+}
+
+// The figure's views (figure.js) redraw on `change:_local` too: a state the page set itself, without a new revision.
+function show(figure, data, layout) {
+  figure.set({ _data: data, _layout: layout, _local: (figure.get("_local") || 0) + 1 }); // local only
 }
 
 // The cells of the state in the figure's model now: the kernel's, when they belong to its last drawing (kept for
@@ -66,7 +69,7 @@ function pick(state) {
   const kept = state.kept.get(key);
   if (!figure || !kept || (state.cells && state.cells.key === key)) return;
   state.cells = kept.cells;
-  figure.set({ _data: kept.data, _layout: kept.layout }); // local only, as below
+  show(figure, kept.data, kept.layout); // local only, as below
   rescale(state);
 }
 
@@ -76,24 +79,39 @@ function rescale(state) {
   const alphas = sliders.map((s) => Number(s.get("value")));
   const drawn = spanAlphaState(figure.get("_data"), figure.get("_layout"), cells, alphas); // span_alpha.js
   if (!drawn) return; // an α outside the table: the kernel draws (it always keeps the state itself)
-  figure.set({ _data: drawn.data, _layout: drawn.layout }); // local only: the kernel stores the same state itself
-  figure.trigger("change:_revision", figure, figure.get("_revision")); // the figure's views redraw now
+  show(figure, drawn.data, drawn.layout); // local only: the kernel stores the same state itself
 }
 
+// The sliders', pickers' and figure's models come through anywidget's host API (`host.getModel`, anywidget >= 0.11:
+// nothing JupyterLab-specific; the listeners it hands out end with this view); before 0.11, the widget manager.
 export default {
-  async initialize({ model }) {
-    const state = { figure: null, sliders: [], pickers: [], cells: null, kept: new Map() };
+  async render({ model, host }) {
+    // the traits hold ipywidgets' references ("IPY_MODEL_<id>"); the host takes anywidget's ("anywidget:<id>")
+    const id = (ref) => String(ref).replace(/^IPY_MODEL_/, "");
+    const get = host && host.getModel ? (ref) => host.getModel(`anywidget:${id(ref)}`)
+      : (ref) => model.widget_manager.get_model(id(ref));
+    const state = { get, figure: null, sliders: [], pickers: [], cells: null, kept: new Map() };
     state.apply = () => rescale(state);
     state.pick = () => pick(state);
     state.kernelCells = () => kernelCells(model, state);
     // a new revision from the kernel: its cells follow (set_cells) — until then α waits for them
     state.drawn = () => { if (model.get("_revision") !== state.figure.get("_revision")) state.cells = null; };
+    const rebind = () => bind(model, state);
+    const keep = () => prefetched(model, state);
     await bind(model, state);
-    model.on("change:_figure change:_sliders change:_pickers", () => bind(model, state));
+    model.on("change:_figure change:_sliders change:_pickers", rebind);
     model.on("change:_cells change:_revision", state.kernelCells);
-    prefetched(model, state);
-    model.on("change:_prefetched", () => prefetched(model, state));
+    keep();
+    model.on("change:_prefetched", keep);
     model.set("live", true);
     model.save_changes();
+    return () => {
+      for (const s of state.sliders) s.off("change:value", state.apply);
+      for (const p of state.pickers) p.off("change:index", state.pick);
+      if (state.figure) state.figure.off("change:_revision", state.drawn);
+      model.off("change:_figure change:_sliders change:_pickers", rebind);
+      model.off("change:_cells change:_revision", state.kernelCells);
+      model.off("change:_prefetched", keep);
+    };
   },
 };

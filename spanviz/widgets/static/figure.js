@@ -408,6 +408,7 @@ async function render({ model, el }) {
     });
   };
   model.on("change:_revision", draw);
+  model.on("change:_local", draw); // a state another module of the page set (block_scaler.js), no new revision
   draw();
   const shown = () => {
     if (stale && !hidden()) draw();
@@ -432,6 +433,7 @@ async function render({ model, el }) {
     model.off("msg:custom", onMessage);
     model.off("change:_revision", received);
     model.off("change:_revision", draw);
+    model.off("change:_local", draw);
     Plotly.purge(div);
   };
 }
