@@ -4,7 +4,8 @@ An α slider changes nothing of the blocks figure's trace data (:func:`spanviz.p
 heatmaps hold the unscaled blocks, and α sets each order's colour range, the heights of the scaled norm bars
 (rectangles), the bars' axis range, the blocks' titles and, at α = 0, a heatmap's opacity. :class:`BlockScaler`
 sends what that needs once per preset, layer and head (names, orders, and the α table: ~25 KB); its front-end
-module (``spanviz/widgets/static/block_scaler.js``) listens to the α
+module (``spanviz/widgets/static/block_scaler.js``; it reaches the other widgets' models through anywidget's
+host API, ``host.getModel``, nothing JupyterLab-specific) listens to the α
 sliders' models in the page and writes those few layout values into the blocks figure's model there, which redraws
 at once — and, since no trace data changed, plotly.js redraws only colours, shapes and titles (~15 ms in
 JupyterLab, against ~55 ms for a figure whose heatmaps change). The kernel keeps the figure's state in step without
