@@ -149,8 +149,10 @@ def build_site(out_dir: str | Path, bundle: str | Path | None = None, notebooks:
         spec = S.comparisons_explorable(pool, store)
         body = "<h1>Stored sweeps: configurations × seeds</h1><p>Every sweep the shipped bundle holds (besides the " \
                "α response and the growth lab, on their notebooks' pages): validation loss with the seed band " \
-               "(mean ± std over seeds) and the verdict of <code>spanviz.experiments.stats</code> against the " \
-               "baseline, as <code>spanviz sweep</code> prints it.</p>"
+               "(mean ± std over seeds) and, for the best validation loss, the verdict words of " \
+               "<code>spanviz.experiments.stats</code> against the sweep's baseline (seeds paired, Holm across " \
+               "that sweep's comparisons here: <code>spanviz sweep</code>'s own summary may group them otherwise)." \
+               "</p>"
         body += _section("comparisons", spec) if spec else "<p>The bundle holds no other sweep.</p>"
         (out / "comparisons.html").write_text(_page("stored sweeps", body, pool, nav), encoding="utf-8")
         explorables["comparisons.html"] = ["comparisons"] if spec else []
