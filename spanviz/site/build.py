@@ -84,6 +84,10 @@ def _notebook_page(nb_path: Path, store: ResultsStore, data: Any) -> tuple[str, 
         elif "GrowthLab(" in src:
             spec, ns["lab"] = S.growth_explorable(pool, store)
             add("growth", spec)
+        elif "read_model(" in src and data is not None and ns.get("panel") is not None:  # look inside the model
+            before = set(ns)
+            S.run_cells([src], ns, force=True)
+            add("look", S.cell_explorable(pool, ns, before), "look inside the replayed model")
         elif any(s in src for s in S.SAFE_CELLS):
             if "data" in ns and ns["data"] is None or not hasattr(ns.get("data"), "vocab_size"):
                 ns["data"] = S.data_stand_in(int(ns.get("MAX_VOCAB", MAX_VOCAB)))

@@ -14,12 +14,15 @@ import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import ipywidgets as W
+
 from spanviz.experiments.results import summarize
 from spanviz.plots.curves import loss_curves_figure
 from spanviz.store.listing import sweep_records
 from spanviz.widgets.alphas import COMMAND as ALPHAS_COMMAND
 from spanviz.widgets.alphas import AlphaResponse, response_records
 from spanviz.widgets.block_scaler import page_cells, slider_values
+from spanviz.widgets.figures import FigureView
 from spanviz.widgets.growth import COMMAND as GROWTH_COMMAND
 from spanviz.widgets.growth import GrowthLab, lab_records
 from spanviz.widgets.local_global import MASK_ZOOM
@@ -30,11 +33,11 @@ SAFE_CELLS = ("SMOKE =", "= GPTConfig(", "Panel(")
 """Code cells the builder runs (as the notebook would): the parameters, the model's configuration, the panels."""
 
 
-def run_cells(sources: Sequence[str], namespace: dict[str, Any]) -> dict[str, Any]:
-    """Run the notebook's safe code cells (:data:`SAFE_CELLS`) in ``namespace``, their prints discarded; a cell
-    that fails is skipped (the page then says what to run instead)."""
+def run_cells(sources: Sequence[str], namespace: dict[str, Any], force: bool = False) -> dict[str, Any]:
+    """Run the notebook's safe code cells (:data:`SAFE_CELLS`; every one given with ``force``) in ``namespace``,
+    their prints discarded; a cell that fails is skipped (the page then says what to run instead)."""
     for src in sources:
-        if any(s in src for s in SAFE_CELLS) and "panel.train" not in src:
+        if force or any(s in src for s in SAFE_CELLS) and "panel.train" not in src:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(Exception):
                 exec(compile(src, "<notebook cell>", "exec"), namespace)  # noqa: S102 - the repository's notebook
     return namespace
@@ -65,6 +68,21 @@ def replay(pool: Pool, panel: Any, store: Any, data_ok: bool, command: str) -> d
         if name in getattr(training, "captions", {}):
             views[f"train-{name}-caption"] = training.captions[name].value
     return fixed(pool, views)
+
+
+CONTROL_KINDS = (W.IntSlider, W.FloatSlider, W.SelectionSlider, W.Dropdown, W.ToggleButtons, W.Checkbox)
+
+
+def cell_explorable(pool: Pool, namespace: Mapping[str, Any], before: set[str]) -> dict[str, Any] | None:
+    """The controls and figure views a notebook cell made (names new in ``namespace`` since ``before``), every view
+    recorded for every combination of the controls (e.g. notebook 00's look inside the replayed model). None when
+    the cell made no figure view."""
+    new = [k for k in namespace if k not in before]
+    controls = {k: namespace[k] for k in new if isinstance(namespace[k], CONTROL_KINDS)}
+    views = {k: namespace[k] for k in new if isinstance(namespace[k], FigureView)}
+    if not views:
+        return None
+    return record(pool, controls, {k: (lambda v=v: v, list(controls)) for k, v in views.items()})
 
 
 def spans_explorable(pool: Pool, panel: Any) -> dict[str, Any]:
