@@ -21,13 +21,14 @@ from spanviz.cli.common import UsageError, as_flags, data_message
 from spanviz.cli.help import DESCRIPTION
 from spanviz.cli.prepare_data import PrepareDataCommand, cmd_prepare_data
 from spanviz.cli.runs import RunsCommand, cmd_runs
+from spanviz.cli.site import SiteCommand, cmd_site
 from spanviz.cli.sweep import SweepCommand, cmd_sweep
 from spanviz.cli.train import TrainCommand, cmd_train
 from spanviz.cli.config_file import read_config_file
 
 
 COMMANDS: dict[str, type] = {"prepare-data": PrepareDataCommand, "train": TrainCommand, "sweep": SweepCommand,
-                             "runs": RunsCommand, "bench": BenchCommand}
+                             "runs": RunsCommand, "bench": BenchCommand, "site": SiteCommand}
 """Subcommand → its flags (a dataclass tyro reads: fields, types, defaults, docstrings)."""
 PATH_FLAGS = ("--out", "--data-dir", "--config")
 """Flags that take a path (and ``runs --store``): an empty value would silently mean the working directory."""
@@ -123,6 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_sweep(cmd, given)
         if isinstance(cmd, PrepareDataCommand):
             return cmd_prepare_data(cmd, given)
+        if isinstance(cmd, SiteCommand):
+            return cmd_site(cmd)
         return cmd_runs(cmd) if isinstance(cmd, RunsCommand) else cmd_bench(cmd)
     except KeyboardInterrupt:
         print(f"{prefix}: interrupted", file=sys.stderr)

@@ -1,5 +1,5 @@
 """``spanviz --help`` without importing the commands: their modules bring torch and scipy (5–6 s on a laptop, 11 s
-on a busy 2-core machine) for a list of five lines. The list is rendered by tyro from stand-in classes that carry
+on a busy 2-core machine) for a list of six lines. The list is rendered by tyro from stand-in classes that carry
 each command's summary (the first paragraph of its class docstring); tests/test_cli.py checks that it is the same
 text as the full ``--help``."""
 
@@ -10,7 +10,7 @@ from typing import Annotated, Union
 
 import tyro
 
-DESCRIPTION = ("The ``spanviz`` command: ``prepare-data``, ``train``, ``sweep``, ``runs``, ``bench`` "
+DESCRIPTION = ("The ``spanviz`` command: ``prepare-data``, ``train``, ``sweep``, ``runs``, ``bench``, ``site`` "
                "(also ``python -m spanviz``).")
 """The first line of ``spanviz --help``."""
 
@@ -24,6 +24,8 @@ SUMMARIES = {
     "runs": ("RunsCommand", "List, export or import the results store: runs that replay instantly, e.g. for a "
              "workshop."),
     "bench": ("BenchCommand", "Benchmarks: ratios measured within one run (the test suite never times anything)."),
+    "site": ("SiteCommand", "Build the notebooks as a folder of static pages (open OUT/index.html in a browser: no "
+             "Python, no network)."),
 }
 """Subcommand → (its class's name, the first paragraph of its docstring), in the order of ``spanviz.cli.app``'s."""
 

@@ -124,7 +124,7 @@ def span_block_color_range(zmax: float, alpha: float) -> dict[str, Any]:
     Colour bar ±zmax in units of α·entry; an entry z drawn on ±zmax/|α| gets the colour of α·z on ±zmax, so a
     heatmap shows α·block without its numbers changing (reversed for α < 0). At α = 0 the range is the unscaled
     ±zmax and the block is drawn faded (:func:`span_block_opacity`): a student sees what α removes.
-    The browser's α rescaling (spanviz/widgets/static/block_scaler.js) does the same.
+    The browser's α rescaling looks it up (:func:`span_block_alpha_table`).
 
     Returns:
         ``{"cmin", "cmax", "reversescale"}`` of a plotly colour axis.
@@ -144,11 +144,57 @@ def span_block_title(name: str, order: int, alpha: float) -> str:
     return f"{name} (order {order}) ×{float(alpha):g}"
 
 
+def span_block_bar_height(rel: float, alpha: float) -> float:
+    """Height of a block's scaled norm bar: ‖α·block‖/‖dS‖ = |α|·rel (rel = ‖block‖/‖dS‖)."""
+    return float(rel) * abs(float(alpha))
+
+
+def span_block_bar_reach(rel: float, alpha: float) -> float:
+    """How high the norm bars' axis must reach for one block: 5 % above the higher of its two bars (unscaled
+    rel, scaled |α|·rel)."""
+    return 1.05 * float(rel) * max(1.0, abs(float(alpha)))
+
+
+BARS_TOP_EMPTY = 1.0
+"""The norm bars' axis top when every bar is 0 (dS = 0)."""
+
+
 def span_block_bars_top(rel: Sequence[float], orders: Sequence[int], alphas: Sequence[float]) -> float:
-    """Top of the norm bars' axis: 5 % above the highest bar, unscaled (‖block‖) or scaled (‖α·block‖); 1 when
-    every bar is 0 (dS = 0)."""
-    top = 1.05 * max(float(r) * max(1.0, abs(alphas[o])) for r, o in zip(rel, orders))
-    return top if top > 0 else 1.0
+    """Top of the norm bars' axis: 5 % above the highest bar, unscaled (‖block‖) or scaled (‖α·block‖)
+    (:func:`span_block_bar_reach`); :data:`BARS_TOP_EMPTY` when every bar is 0 (dS = 0)."""
+    top = max(span_block_bar_reach(r, alphas[o]) for r, o in zip(rel, orders))
+    return top if top > 0 else BARS_TOP_EMPTY
+
+
+def span_block_alpha_table(cells: Mapping[str, Any], values: Sequence[Sequence[float]]) -> dict[str, Any]:
+    """Every α-dependent value of :func:`span_blocks_layout` / :func:`span_blocks_traces`, for each α an order's
+    slider can take: the one α rule, evaluated here, for a page to look up (spanviz/widgets/static/span_alpha.js
+    does no arithmetic of its own, so the page draws what these functions draw).
+
+    Args:
+        cells: from :func:`span_block_cells`.
+        values: per order 0..3, the α values its slider can take (e.g. 0, 0.05, …, 2).
+    Returns:
+        ``{"values": per order [α_k], "opacity": per order [opacity_k], "color": per order [{cmin, cmax,
+        reversescale}_k], "title", "bar", "reach": per block i, per α_k of its order: its title, scaled bar
+        height and axis reach, "empty": the axis top when all bars are 0}`` (plain lists; JSON-ready).
+    Raises:
+        ValueError: ``values`` not 4 sequences.
+    """
+    if len(values) != 4:
+        raise ValueError(f"values must hold 4 sequences of α (one per order), got {len(values)}")
+    vals = [[float(v) for v in vs] for vs in values]
+    zmax = float(cells["zmax"])
+    names, orders, rel = list(cells["names"]), [int(o) for o in cells["orders"]], [float(r) for r in cells["rel"]]
+    return {
+        "values": vals,
+        "opacity": [[span_block_opacity(v) for v in vs] for vs in vals],
+        "color": [[span_block_color_range(zmax, v) for v in vs] for vs in vals],
+        "title": [[span_block_title(n, o, v) for v in vals[o]] for n, o in zip(names, orders)],
+        "bar": [[span_block_bar_height(r, v) for v in vals[o]] for r, o in zip(rel, orders)],
+        "reach": [[span_block_bar_reach(r, v) for v in vals[o]] for r, o in zip(rel, orders)],
+        "empty": BARS_TOP_EMPTY,
+    }
 
 
 def span_blocks_traces(cells: Mapping[str, Any], alphas: Sequence[float] | None = None) -> list[Trace]:
@@ -203,7 +249,8 @@ def span_blocks_layout(cells: Mapping[str, Any], alphas: Sequence[float] | None 
     shapes = [{**bar, "x0": i - BAR_WIDTH, "x1": float(i), "y1": float(r), "fillcolor": "lightgray",
                "name": "‖block‖/‖dS‖", "legendgroup": "unscaled", "showlegend": i == 0}
               for i, r in enumerate(rel)]
-    shapes += [{**bar, "x0": float(i), "x1": i + BAR_WIDTH, "y1": float(r) * abs(a[o]), "fillcolor": ORDER_COLORS[o],
+    shapes += [{**bar, "x0": float(i), "x1": i + BAR_WIDTH, "y1": span_block_bar_height(r, a[o]),
+                "fillcolor": ORDER_COLORS[o],
                 "name": "‖α·block‖/‖dS‖", "legendgroup": "scaled", "showlegend": i == 0}
                for i, (r, o) in enumerate(zip(rel, orders))]
     hidden = {"showticklabels": False, "showgrid": False, "zeroline": False, "ticks": ""}

@@ -3,8 +3,9 @@
 An α slider changes nothing of the blocks figure's trace data (:func:`spanviz.plots.span_blocks_figure`): its
 heatmaps hold the unscaled blocks, and α sets each order's colour range, the heights of the scaled norm bars
 (rectangles), the bars' axis range, the blocks' titles and, at α = 0, a heatmap's opacity. :class:`BlockScaler`
-sends what that needs once per preset, layer and head (names, orders, the norms ‖block‖/‖dS‖ and the colour range
-zmax: a few hundred bytes); its front-end module (``spanviz/widgets/static/block_scaler.js``) listens to the α
+sends what that needs once per preset, layer and head (names, orders, and the α table: ~25 KB); its front-end
+module (``spanviz/widgets/static/block_scaler.js``; it reaches the other widgets' models through anywidget's
+host API, ``host.getModel``, nothing JupyterLab-specific) listens to the α
 sliders' models in the page and writes those few layout values into the blocks figure's model there, which redraws
 at once — and, since no trace data changed, plotly.js redraws only colours, shapes and titles (~15 ms in
 JupyterLab, against ~55 ms for a figure whose heatmaps change). The kernel keeps the figure's state in step without
@@ -20,10 +21,10 @@ Once the page is live the kernel sends it the states of the picks it has not dra
 from :meth:`spanviz.widgets.SpansPanel.prefetch`), which the page keeps the same way: a first pick is drawn at once
 too. A pick kept nowhere (beyond the prefetch's limits) is drawn by the kernel.
 
-The kernel and the page compute the same figure: the module applies the rules of
-:func:`spanviz.plots.span_blocks.span_blocks_layout` (:func:`~spanviz.plots.span_blocks.span_block_color_range`,
-:func:`~spanviz.plots.span_blocks.span_block_opacity`, :func:`~spanviz.plots.span_blocks.span_block_bars_top`,
-:func:`~spanviz.plots.span_blocks.span_block_title`).
+The kernel and the page draw the same figure, from one rule: the page does no α arithmetic of its own; it looks
+every α-dependent value up in the table :func:`page_cells` sends with each state
+(:func:`spanviz.plots.span_blocks.span_block_alpha_table`, made by the functions that draw the figure in Python)
+with ``spanviz/widgets/static/span_alpha.js``, which the static site (:mod:`spanviz.site`) uses too.
 Source: spanviz.
 """
 
@@ -38,17 +39,30 @@ import ipywidgets as W
 import traitlets as T
 
 from spanviz.widgets.figure_widget import PlotlyFigure, encode_trait
-from spanviz.plots.span_blocks import DIM_OPACITY, order_coloraxis
+from spanviz.plots.span_blocks import DIM_OPACITY, order_coloraxis, span_block_alpha_table
+
+STATIC = pathlib.Path(__file__).parent / "static"
+ALPHA_VALUES = tuple(round(0.05 * k, 10) for k in range(41))
+"""The α sliders' values (0 to 2 in steps of 0.05): the page's α table holds these."""
 
 
-def page_cells(cells: Mapping[str, Any], layout: Mapping[str, Any], key: str = "") -> dict[str, Any]:
-    """What block_scaler.js needs to rescale a blocks state for α (see :meth:`BlockScaler.set_cells`)."""
+def slider_values(slider: Any) -> list[float]:
+    """The values a FloatSlider can take (min to max in steps of step), rounded as its readout would be."""
+    lo, hi, step = float(slider.min), float(slider.max), float(slider.step)
+    return [round(lo + k * step, 10) for k in range(int(round((hi - lo) / step)) + 1)]
+
+
+def page_cells(cells: Mapping[str, Any], layout: Mapping[str, Any], key: str = "",
+               values: Sequence[Sequence[float]] = (ALPHA_VALUES,) * 4) -> dict[str, Any]:
+    """What span_alpha.js needs to rescale a blocks state for α (see :meth:`BlockScaler.set_cells`): where the
+    titles are, the colour axes, and the α table (:func:`~spanviz.plots.span_blocks.span_block_alpha_table`) for
+    the sliders' ``values`` (per order)."""
     names, orders = list(cells["names"]), [int(o) for o in cells["orders"]]
     annotations = [a.get("text", "") for a in layout.get("annotations", [])]
     titles = {name: i for i, text in enumerate(annotations) for name in names if text.startswith(f"{name} (")}
     return {"names": names, "orders": orders, "rel": [float(r) for r in cells["rel"]], "zmax": float(cells["zmax"]),
             "coloraxes": [order_coloraxis(o) for o in range(4)], "titles": [titles.get(n, -1) for n in names],
-            "key": str(key)}
+            "key": str(key), "table": span_block_alpha_table(cells, values)}
 
 
 class BlockScaler(anywidget.AnyWidget):
@@ -67,7 +81,8 @@ class BlockScaler(anywidget.AnyWidget):
             redraw the figure itself for an α change.
     """
 
-    _esm = pathlib.Path(__file__).parent / "static" / "block_scaler.js"
+    # the α lookup (span_alpha.js, shared with the static site) and then the module that uses it
+    _esm = "".join((STATIC / f).read_text(encoding="utf-8") for f in ("span_alpha.js", "block_scaler.js"))
     _figure = T.Instance(PlotlyFigure).tag(sync=True, **W.widget_serialization)
     _sliders = T.List(T.Instance(W.Widget)).tag(sync=True, **W.widget_serialization)
     _pickers = T.List(T.Instance(W.Widget)).tag(sync=True, **W.widget_serialization)
@@ -88,7 +103,7 @@ class BlockScaler(anywidget.AnyWidget):
         belong to (call after the figure is shown). Heatmap i is trace i and its scaled bar ``shapes[n + i]``
         (:func:`spanviz.plots.span_blocks.span_blocks_layout`)."""
         with self.hold_sync():
-            self._cells = page_cells(cells, layout, key)
+            self._cells = page_cells(cells, layout, key, self._values())
             self.sync_revision()
 
     def prefetch(self, states: Mapping[str, tuple[Mapping[str, Any], Sequence[Mapping[str, Any]],
@@ -97,8 +112,11 @@ class BlockScaler(anywidget.AnyWidget):
         ``{key: (cells, traces, layout)}`` (key "preset|layer|head"; traces and layout as the figure would show
         them). Sent once (~130 KB per state); a page that loads later gets them with the widget's state."""
         self._prefetched = {key: {"data": [dict(t) for t in data], "layout": dict(layout),
-                                  "cells": page_cells(cells, layout, key)}
+                                  "cells": page_cells(cells, layout, key, self._values())}
                             for key, (cells, data, layout) in states.items()}
+
+    def _values(self) -> list[list[float]]:
+        return [slider_values(s) for s in self._sliders]
 
     def sync_revision(self) -> None:
         """Mark the cells valid for the figure's current revision (after a redraw the kernel made)."""

@@ -3,13 +3,11 @@
 // An α slider changes no trace data of the blocks figure, only a few layout values, so the page does it itself:
 // this module listens to the α sliders' models and writes the new values into the blocks figure's model
 // (spanviz/widgets/figure_widget.py: the traits `_data` and `_layout` hold the whole figure, its views redraw on
-// `change:_revision`), without waiting for the kernel. The rules are the kernel's (spanviz.plots.span_blocks:
-// span_block_color_range, span_block_opacity, span_block_bars_top, span_block_title): the heatmaps of order o hold
-// the unscaled blocks on the colour axis `coloraxes[o]`, whose range ±zmax/|α_o| draws them in the colours of
-// α_o·block (at α = 0: ±zmax, and the heatmap at opacity `_dim`); block i's scaled norm bar is the rectangle
-// `shapes[n + i]`, of height rel_i·|α|; the bars' axis reaches 5 % above the highest bar (1 when all are 0);
-// each block's title ends in ×α. With the trace data unchanged, plotly.js redraws only colours, shapes and text
-// (no full replot).
+// `change:_revision`), without waiting for the kernel. The values are the kernel's: this module's text is
+// preceded by span_alpha.js (spanAlphaState), which looks every α-dependent value up in the table the kernel made
+// with spanviz.plots.span_blocks.span_block_alpha_table (colour range and opacity per order, title, scaled bar and
+// axis reach per block). With the trace data unchanged, plotly.js redraws only colours, shapes and text (no full
+// replot).
 // The kernel stores the same state afterwards without asking for another draw.
 //
 // `_cells` belong to one figure revision (`_revision`): while the kernel is drawing another preset, layer or head
@@ -22,28 +20,22 @@
 // (`_prefetched`, BlockScaler.prefetch), kept here the same way: a first pick is drawn at once too. A pick kept
 // nowhere (a large model or context, see spanviz.widgets.spans.PREFETCH_MAX_STATES) waits for the kernel.
 
-function label(alpha) {
-  return String(Number(alpha.toPrecision(6))); // Python's f"{alpha:g}" for the slider's values
-}
-
-function colorRange(zmax, alpha) {
-  if (alpha === 0) return { cmin: -zmax, cmax: zmax, reversescale: false };
-  return { cmin: -zmax / Math.abs(alpha), cmax: zmax / Math.abs(alpha), reversescale: alpha < 0 };
-}
-
 async function bind(model, state) {
-  const manager = model.widget_manager;
-  const get = (ref) => manager.get_model(String(ref).replace(/^IPY_MODEL_/, ""));
   for (const s of state.sliders) s.off("change:value", state.apply);
   for (const p of state.pickers) p.off("change:index", state.pick);
   if (state.figure) state.figure.off("change:_revision", state.drawn);
-  state.figure = await get(model.get("_figure"));
-  state.sliders = await Promise.all(model.get("_sliders").map(get));
-  state.pickers = await Promise.all((model.get("_pickers") || []).map(get));
+  state.figure = await state.get(model.get("_figure"));
+  state.sliders = await Promise.all(model.get("_sliders").map(state.get));
+  state.pickers = await Promise.all((model.get("_pickers") || []).map(state.get));
   for (const s of state.sliders) s.on("change:value", state.apply);
   for (const p of state.pickers) p.on("change:index", state.pick);
   state.figure.on("change:_revision", state.drawn);
   state.kernelCells();
+}
+
+// The figure's views (figure.js) redraw on `change:_local` too: a state the page set itself, without a new revision.
+function show(figure, data, layout) {
+  figure.set({ _data: data, _layout: layout, _local: (figure.get("_local") || 0) + 1 }); // local only
 }
 
 // The cells of the state in the figure's model now: the kernel's, when they belong to its last drawing (kept for
@@ -77,7 +69,7 @@ function pick(state) {
   const kept = state.kept.get(key);
   if (!figure || !kept || (state.cells && state.cells.key === key)) return;
   state.cells = kept.cells;
-  figure.set({ _data: kept.data, _layout: kept.layout }); // local only, as below
+  show(figure, kept.data, kept.layout); // local only, as below
   rescale(state);
 }
 
@@ -85,49 +77,41 @@ function rescale(state) {
   const { figure, sliders, cells } = state;
   if (!figure || !cells) return;
   const alphas = sliders.map((s) => Number(s.get("value")));
-  const { names, orders, rel, zmax } = cells;
-  const n = orders.length;
-  const dim = state.dim;
-  const data = figure.get("_data").slice();
-  const layout = { ...figure.get("_layout") };
-  orders.forEach((o, i) => {
-    const opacity = alphas[o] === 0 ? dim : 1;
-    if (data[i].opacity !== opacity) data[i] = { ...data[i], opacity };
-  });
-  for (const o of new Set(orders)) {
-    const axis = cells.coloraxes[o];
-    layout[axis] = { ...layout[axis], ...colorRange(zmax, alphas[o]) };
-  }
-  layout.shapes = (layout.shapes || []).slice();
-  orders.forEach((o, i) => {
-    layout.shapes[n + i] = { ...layout.shapes[n + i], y1: rel[i] * Math.abs(alphas[o]) };
-  });
-  const top = 1.05 * Math.max(...rel.map((r, i) => r * Math.max(1, Math.abs(alphas[orders[i]]))));
-  layout.yaxis2 = { ...layout.yaxis2, range: [0, top > 0 ? top : 1] };
-  layout.annotations = (layout.annotations || []).slice();
-  cells.titles.forEach((at, i) => {
-    if (at < 0) return;
-    layout.annotations[at] = { ...layout.annotations[at], text: `${names[i]} (order ${orders[i]}) ×${label(alphas[orders[i]])}` };
-  });
-  figure.set({ _data: data, _layout: layout }); // local only: the kernel stores the same state itself
-  figure.trigger("change:_revision", figure, figure.get("_revision")); // the figure's views redraw now
+  const drawn = spanAlphaState(figure.get("_data"), figure.get("_layout"), cells, alphas); // span_alpha.js
+  if (!drawn) return; // an α outside the table: the kernel draws (it always keeps the state itself)
+  show(figure, drawn.data, drawn.layout); // local only: the kernel stores the same state itself
 }
 
+// The sliders', pickers' and figure's models come through anywidget's host API (`host.getModel`, anywidget >= 0.11:
+// nothing JupyterLab-specific; the listeners it hands out end with this view); before 0.11, the widget manager.
 export default {
-  async initialize({ model }) {
-    const state = { figure: null, sliders: [], pickers: [], cells: null, kept: new Map(), dim: model.get("_dim") };
+  async render({ model, host }) {
+    // the traits hold ipywidgets' references ("IPY_MODEL_<id>"); the host takes anywidget's ("anywidget:<id>")
+    const id = (ref) => String(ref).replace(/^IPY_MODEL_/, "");
+    const get = host && host.getModel ? (ref) => host.getModel(`anywidget:${id(ref)}`)
+      : (ref) => model.widget_manager.get_model(id(ref));
+    const state = { get, figure: null, sliders: [], pickers: [], cells: null, kept: new Map() };
     state.apply = () => rescale(state);
     state.pick = () => pick(state);
     state.kernelCells = () => kernelCells(model, state);
     // a new revision from the kernel: its cells follow (set_cells) — until then α waits for them
     state.drawn = () => { if (model.get("_revision") !== state.figure.get("_revision")) state.cells = null; };
+    const rebind = () => bind(model, state);
+    const keep = () => prefetched(model, state);
     await bind(model, state);
-    model.on("change:_figure change:_sliders change:_pickers", () => bind(model, state));
+    model.on("change:_figure change:_sliders change:_pickers", rebind);
     model.on("change:_cells change:_revision", state.kernelCells);
-    prefetched(model, state);
-    model.on("change:_prefetched", () => prefetched(model, state));
-    model.on("change:_dim", () => { state.dim = model.get("_dim"); });
+    keep();
+    model.on("change:_prefetched", keep);
     model.set("live", true);
     model.save_changes();
+    return () => {
+      for (const s of state.sliders) s.off("change:value", state.apply);
+      for (const p of state.pickers) p.off("change:index", state.pick);
+      if (state.figure) state.figure.off("change:_revision", state.drawn);
+      model.off("change:_figure change:_sliders change:_pickers", rebind);
+      model.off("change:_cells change:_revision", state.kernelCells);
+      model.off("change:_prefetched", keep);
+    };
   },
 };

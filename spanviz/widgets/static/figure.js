@@ -5,7 +5,8 @@
 // trace objects; numpy arrays arrive as binary buffers {dtype, shape, buffer}) and `_layout`. A view draws
 // whatever the model holds when plotly.js is ready and redraws with Plotly.react on every change of `_revision`
 // (sent with the data), so an update that arrives before the view exists is never lost: the view draws the
-// latest state. `data-revision` on the plot element names the revision drawn last.
+// latest state. `data-revision` on the plot element names the revision drawn last. Another module of the page
+// (block_scaler.js) sets a state of its own with `_local` (a counter, never synced): a redraw, no new revision.
 //
 // plotly.js (4.8 MB) is not part of this module: it comes once per kernel in the state of another widget,
 // PlotlySource (plotly_source.js), created just before the kernel's first figure, and is evaluated once per page and
@@ -408,6 +409,7 @@ async function render({ model, el }) {
     });
   };
   model.on("change:_revision", draw);
+  model.on("change:_local", draw); // a state another module of the page set (block_scaler.js), no new revision
   draw();
   const shown = () => {
     if (stale && !hidden()) draw();
@@ -432,6 +434,7 @@ async function render({ model, el }) {
     model.off("msg:custom", onMessage);
     model.off("change:_revision", received);
     model.off("change:_revision", draw);
+    model.off("change:_local", draw);
     Plotly.purge(div);
   };
 }

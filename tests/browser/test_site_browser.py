@@ -1,0 +1,132 @@
+"""The static site as a person sees it: every page opened from file:// with every network request blocked, each
+figure drawn, each control moving its own view, no console error; the page's α and masks agree with Python's to
+the last drawn value. ``SPANVIZ_SITE_SHOTS=DIR`` saves a screenshot of each page there."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spanviz.local_global.demos import head_masks
+from spanviz.plots.local_global import head_masks_data
+from spanviz.plots.span_blocks import span_blocks_layout, span_blocks_traces
+from spanviz.site import build_site, drive
+from spanviz.site.sections import data_stand_in, run_cells
+from spanviz.widgets.local_global import MASK_ZOOM
+
+REPO = Path(__file__).resolve().parents[2]
+PAGES = ["index", "00_tour", "01_spans_and_violations", "02_local_global_heads", "03_fp8_logit_bounds", "comparisons"]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    build_site(out)
+    return out
+
+
+def open_offline(browser, path: Path):
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    blocked = drive.block_network(page)
+    timing = drive.open_page(page, path)
+    return page, errors, blocked, timing
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_page_offline(browser, site: Path, name: str) -> None:
+    page, errors, blocked, timing = open_offline(browser, site / f"{name}.html")
+    try:
+        figures = drive.drawn(page)
+        if name not in ("index",):
+            assert figures, f"{name}: no figure"
+            print(f"{name}: first figure {timing['first_ms']:.0f} ms after navigation, {len(figures)} figures")
+        shots = os.environ.get("SPANVIZ_SITE_SHOTS")
+        if shots:
+            Path(shots).mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(Path(shots) / f"{name}.png"), full_page=True)
+        for fig in figures:
+            assert fig["traces"] > 0 and fig["points"] > 0, f"{name}: {fig} drew nothing"
+        for c in drive.controls(page):
+            before = drive.signature(page, c["section"])
+            new = c["index"] + 1 if c["index"] + 1 < c["n"] else c["index"] - 1
+            drive.move(page, c["section"], c["name"], new)
+            after = drive.signature(page, c["section"])
+            assert any(after[k] != before[k] for k in after), f"{c['section']}: {c['name']} changed nothing"
+        assert page.evaluate("() => window.__sv.errors") == []
+        assert not errors, f"{name}: console errors {errors[:3]}"
+        assert not blocked, f"{name}: requests to the network {blocked[:3]}"
+    finally:
+        page.close()
+
+
+def notebook_panel(name: str):
+    nb = json.loads((REPO / "notebooks" / f"{name}.ipynb").read_text(encoding="utf-8"))
+    ns = {"data": data_stand_in(8192), "lab": None}
+    return run_cells(["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"], ns)["panel"]
+
+
+def test_alpha_page_agrees_with_python(browser, site: Path) -> None:
+    """The blocks at α and a pick moved in the page equal span_blocks_layout / span_blocks_traces (the one rule)."""
+    panel = notebook_panel("01_spans_and_violations")
+    page, errors, _, _ = open_offline(browser, site / "01_spans_and_violations.html")
+    try:
+        section = "01_spans_and_violations-spans"
+        spec = page.evaluate(f"() => window.__sv.sections['{section}'].spec.controls")
+        ctl = {c["name"]: c for c in spec}
+        for alphas, pick in [((7, 30, 0, 40), (1, 1, 1)), ((0, 20, 41 - 1, 3), (0, 0, 1)), ((20, 0, 0, 0), (2, 1, 0))]:
+            for i, k in enumerate(alphas):
+                drive.move(page, section, f"alpha{i}", k)
+            for n, k in zip(("preset", "layer", "head"), pick):
+                if k < len(ctl[n]["values"]):
+                    drive.move(page, section, n, k)
+            shown = page.evaluate(f"""() => {{ const d = window.__sv.sections['{section}'].divs.blocks;
+                return {{layout: d.layout, opacity: d.data.map((t) => t.opacity)}}; }}""")
+            a = [ctl[f"alpha{i}"]["values"][k] for i, k in enumerate(alphas)]
+            key = tuple(ctl[n]["values"][min(k, len(ctl[n]["values"]) - 1)]
+                        for n, k in zip(("preset", "layer", "head"), pick))
+            panel._load_head(key)
+            cells = panel._cells[key]
+            want, traces = span_blocks_layout(cells, a), span_blocks_traces(cells, a)
+            n = len(cells["orders"])
+            for o in sorted(set(cells["orders"])):
+                axis = f"coloraxis{o + 2}"
+                assert [shown["layout"][axis][k] for k in ("cmin", "cmax", "reversescale")] == \
+                       [want[axis][k] for k in ("cmin", "cmax", "reversescale")], (a, key, axis)
+            assert [s["y1"] for s in shown["layout"]["shapes"][n:2 * n]] == [s["y1"] for s in want["shapes"][n:2 * n]]
+            assert shown["layout"]["yaxis2"]["range"] == want["yaxis2"]["range"]
+            titles = [x["text"] for x in want["annotations"][:n]]
+            assert [x["text"] for x in shown["layout"]["annotations"][:n]] == titles
+            assert shown["opacity"][:n] == [t["opacity"] for t in traces[:n]]
+        assert not errors
+    finally:
+        page.close()
+
+
+def test_masks_page_agrees_with_python(browser, site: Path) -> None:
+    """The masks the page computes (masks.js) equal head_masks_data of head_masks, for settings across the grid."""
+    page, errors, _, _ = open_offline(browser, site / "02_local_global_heads.html")
+    try:
+        section = "02_local_global_heads-masks"
+        ctl = {c["name"]: c for c in page.evaluate(f"() => window.__sv.sections['{section}'].spec.controls")}
+        H = page.evaluate(f"() => window.__sv.sections['{section}'].spec.views[0].masks.H")
+        for n_local, window, context in [(1, 5, 48), (3, 16, 512), (0, 1, 16), (H, 128, 160), (2, 3, 272)]:
+            for name, value in (("n_local", n_local), ("window", window), ("context", context)):
+                drive.move(page, section, name, ctl[name]["values"].index(value))
+            z = page.evaluate(f"() => window.__sv.sections['{section}'].divs.masks.data.map((t) => t.z)")
+            want = head_masks_data(head_masks(H, n_local, window, context), zoom=MASK_ZOOM)
+            for got, trace in zip(z, want):
+                w = np.asarray(trace["z"], dtype=float)
+                g = np.array([[math.nan if v is None else v for v in row] for row in got], dtype=float)
+                assert g.shape == w.shape, (n_local, window, context)
+                assert np.allclose(g, w, atol=1e-6, equal_nan=True), (n_local, window, context)
+        assert not errors
+    finally:
+        page.close()

@@ -1,0 +1,132 @@
+"""The static site (``spanviz site OUT``, :func:`spanviz.site.build_site`): pages, figures with drawn data, size,
+the α table against the Python layout, Markdown and math rendered at build time. The browser test
+(tests/browser/test_site_browser.py) opens the pages from file://."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spanviz.plots.span_blocks import span_block_alpha_table, span_block_cells, span_blocks_layout
+from spanviz.site import build_site
+from spanviz.site.markdown import render_markdown
+
+MAX_BYTES = 30_000_000
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("site")
+    return out, build_site(out)
+
+
+def page_json(path: Path) -> tuple[list, list[dict]]:
+    text = path.read_text(encoding="utf-8")
+    texts = json.loads(re.search(r"id='sv-pool'>(.*?)</script>", text, re.S).group(1).replace("<\\/", "</"))
+    pool = [json.loads(t) for t in texts]
+    specs = [json.loads(s.replace("<\\/", "</")) for s in re.findall(r"class='sv-spec'>(.*?)</script>", text, re.S)]
+    return pool, specs
+
+
+def values_in(trace: dict) -> int:
+    n = 0
+    for key in ("x", "y", "z"):
+        v = trace.get(key)
+        if isinstance(v, dict) and "bdata" in v:
+            n += len(base64.b64decode(v["bdata"]))
+        elif isinstance(v, list):
+            n += len(v)
+    return n
+
+
+def test_pages_and_files(site):
+    out, result = site
+    for name in ("index.html", "00_tour.html", "01_spans_and_violations.html", "02_local_global_heads.html",
+                 "03_fp8_logit_bounds.html", "comparisons.html", "plotly.min.js", "span_alpha.js", "masks.js",
+                 "site.js", "site.css"):
+        assert (out / name).is_file(), name
+    assert result["bytes"] <= MAX_BYTES, f"the site is {result['bytes'] / 1e6:.1f} MB, over 30 MB"
+    assert sum((out / f).stat().st_size for f in result["files"]) == result["bytes"]
+    for page in result["pages"]:  # nothing a page loads comes from elsewhere (links to papers are for people)
+        text = (out / page).read_text(encoding="utf-8")
+        assert not re.search(r"""(src=|<link[^>]*href=)['"](https?:)?//""", text), page
+
+
+def test_every_figure_has_drawn_data(site):
+    out, result = site
+    figures = 0
+    for page, ids in result["explorables"].items():
+        pool, specs = page_json(out / page)
+        assert len(specs) == len(ids) > 0 or page == "index.html"
+        for spec in specs:
+            for view in spec["views"]:
+                assert view["states"], (page, view["name"])
+                for state in view["states"].values():
+                    if view["kind"] == "html":
+                        assert pool[state].strip(), (page, view["name"])
+                        continue
+                    figures += 1
+                    data = pool[state[0]]
+                    assert data, (page, view["name"])
+                    drawn = sum(values_in(t) for t in data)
+                    assert drawn > 0 or "masks" in view, (page, view["name"])
+    assert figures > 100
+
+
+def test_markdown_and_math_rendered_at_build_time(site):
+    out, _ = site
+    text = (out / "01_spans_and_violations.html").read_text(encoding="utf-8")
+    assert "<math" in text and "<h1>" in text
+    html = render_markdown("A `$x$` stays code, $x^2$ becomes MathML, and $$\\frac{a}{b}$$ a block.")
+    assert "<code>$x$</code>" in html and html.count("<math") == 2 and 'display="block"' in html
+
+
+def test_controls_of_the_issue_are_there(site):
+    out, _ = site
+    names = {p: {c["name"] for s in page_json(out / p)[1] for c in s["controls"]} for p in
+             ("01_spans_and_violations.html", "02_local_global_heads.html", "03_fp8_logit_bounds.html",
+              "comparisons.html")}
+    assert {"alpha0", "alpha1", "alpha2", "alpha3", "preset", "layer", "head"} <= names["01_spans_and_violations.html"]
+    assert {"n_local", "window", "context", "lr"} <= names["02_local_global_heads.html"]
+    assert {"rank", "delta", "margin"} <= names["03_fp8_logit_bounds.html"]
+    assert "sweep" in names["comparisons.html"]
+    verdicts = (out / "comparisons.html").read_text(encoding="utf-8")
+    assert "within noise" in verdicts or "significant at 5 %" in verdicts
+
+
+def test_alpha_table_is_the_python_layout():
+    """The page's α values are the ones span_blocks_layout draws: one rule (spanviz.plots.span_blocks)."""
+    rng = np.random.default_rng(0)
+    blocks = [{"name": f"S{i}", "order": o, "block": rng.normal(size=(16, 16))}
+              for i, o in enumerate((0, 1, 1, 1, 2, 2, 2, 3))]
+    cells = span_block_cells(blocks)
+    values = [[0.0, 0.5, 1.0, 2.0]] * 4
+    table = span_block_alpha_table(cells, values)
+    for ks in [(0, 1, 2, 3), (2, 0, 0, 0), (3, 3, 1, 0)]:
+        a = [values[o][k] for o, k in enumerate(ks)]
+        layout = span_blocks_layout(cells, a)
+        for o in range(4):
+            axis = layout[f"coloraxis{o + 2}"]
+            assert {k: axis[k] for k in ("cmin", "cmax", "reversescale")} == table["color"][o][ks[o]]
+        for i, o in enumerate(cells["orders"]):
+            assert layout["shapes"][8 + i]["y1"] == table["bar"][i][ks[o]]
+            assert layout["annotations"][i]["text"] == table["title"][i][ks[o]]
+        assert layout["yaxis2"]["range"][1] == max(table["reach"][i][ks[o]] for i, o in enumerate(cells["orders"]))
+
+
+def test_without_wikitext_train_names_what_to_run(tmp_path):
+    """A fresh clone without WikiText-2 still builds; Train then says what to run instead of replaying."""
+    notebooks = tmp_path / "nb"
+    notebooks.mkdir()
+    src = Path(__file__).resolve().parents[1] / "notebooks" / "03_fp8_logit_bounds.ipynb"
+    (notebooks / src.name).write_text(src.read_text(encoding="utf-8"), encoding="utf-8")
+    result = build_site(tmp_path / "site", notebooks=notebooks, data=None)
+    pool, _ = page_json(tmp_path / "site" / "03_fp8_logit_bounds.html")
+    text = " ".join(s for s in pool if isinstance(s, str))
+    assert "03_fp8_logit_bounds-bounds" in result["explorables"]["03_fp8_logit_bounds.html"]
+    assert "WikiText-2 was not at hand" in text and "open notebooks/03_fp8_logit_bounds.ipynb" in text
