@@ -59,6 +59,8 @@ def test_pages_and_files(site):
 
 def test_every_figure_has_drawn_data(site):
     out, result = site
+    if "00_tour-train" in result["explorables"]["00_tour.html"]:  # WikiText-2 at hand: the tour's model replays
+        assert "00_tour-look" in result["explorables"]["00_tour.html"]  # and its look inside is recorded
     figures = 0
     for page, ids in result["explorables"].items():
         pool, specs = page_json(out / page)

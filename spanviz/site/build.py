@@ -84,7 +84,7 @@ def _notebook_page(nb_path: Path, store: ResultsStore, data: Any) -> tuple[str, 
         elif "GrowthLab(" in src:
             spec, ns["lab"] = S.growth_explorable(pool, store)
             add("growth", spec)
-        elif "read_model(" in src and data is not None and ns.get("panel") is not None:  # look inside the model
+        elif "AttentionInspector(" in src and data is not None and ns.get("panel") is not None:  # look inside
             before = set(ns)
             S.run_cells([src], ns, force=True)
             add("look", S.cell_explorable(pool, ns, before), "look inside the replayed model")

@@ -80,6 +80,12 @@ def cell_explorable(pool: Pool, namespace: Mapping[str, Any], before: set[str]) 
     new = [k for k in namespace if k not in before]
     controls = {k: namespace[k] for k in new if isinstance(namespace[k], CONTROL_KINDS)}
     views = {k: namespace[k] for k in new if isinstance(namespace[k], FigureView)}
+    for k in new:  # a widget object holding its controls and one view (notebook 00's AttentionInspector)
+        obj = namespace[k]
+        if isinstance(getattr(obj, "view", None), FigureView) and isinstance(getattr(obj, "controls", None), Mapping):
+            # every control but a window's position (each of its values would be another full set of states)
+            controls.update({n: c for n, c in obj.controls.items() if isinstance(c, CONTROL_KINDS) and n != "first"})
+            views[k] = obj.view
     if not views:
         return None
     return record(pool, controls, {k: (lambda v=v: v, list(controls)) for k, v in views.items()})
