@@ -453,8 +453,10 @@ class Trainer:
             raise CheckpointError(f"{ckpt.path} is damaged: {error}") from None
         if self.folder is not None:
             self.folder.adopt(ckpt.path, ckpt.step)
-            if self.done:  # the finished run's run.json may be older (a kill -9 during its final write left status
-                self._save(checkpoint=False)  # "running"), and run() has nothing to do and would not rewrite it
+            if self.done:
+                # The checkpoint holds the finished run: its run.json may be older (a kill -9 during the final write
+                # left status "running"), and run() has nothing to do and would not rewrite it.
+                self._save(checkpoint=False)
 
     # ------------------------------------------------------------------------------------- evaluation
     @torch.no_grad()
