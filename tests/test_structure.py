@@ -184,6 +184,57 @@ def test_layer_contract_is_package_level_and_catches_a_planted_import(tmp_path: 
     assert unplaced.returncode != 0 and "unplaced" in unplaced.stdout
 
 
+# ----------------------------------------------------------------- no import circle inside a package
+def imports_inside(package: str) -> dict[str, set[str]]:
+    """``{module: modules of the same package it imports}`` for ``spanviz.<package>``, ``TYPE_CHECKING`` imports
+    included (an annotation-only import still ties the two files together for a reader); the package's
+    ``__init__`` is a module like the others."""
+    paths = sorted((PACKAGE / package).rglob("*.py"))
+    names = {module_name(p) for p in paths}
+    graph: dict[str, set[str]] = {}
+    for path in paths:
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom):
+                source = absolute(node, path)
+                found |= {f"{source}.{a.name}" if f"{source}.{a.name}" in names else source for a in node.names}
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+        graph[module_name(path)] = {m for m in found if m in names and m != module_name(path)}
+    return graph
+
+
+def find_circle(graph: dict[str, set[str]]) -> list[str]:
+    """One import circle of ``graph`` as ``[a, b, ..., a]``, or ``[]`` when there is none (depth-first search)."""
+    state: dict[str, str] = {}  # "open": on the current path, "done": no circle through it
+
+    def visit(node: str, path: list[str]) -> list[str]:
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return [*path[path.index(nxt):], node, nxt]
+            if nxt not in state and (circle := visit(nxt, [*path, node])):
+                return circle
+        state[node] = "done"
+        return []
+
+    return next((c for n in sorted(graph) if n not in state and (c := visit(n, []))), [])
+
+
+def test_the_circle_check_finds_a_planted_one() -> None:
+    assert find_circle({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+    assert find_circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+@pytest.mark.parametrize("package", ["train"])
+def test_no_import_circle_inside_the_package(package: str) -> None:
+    """Within ``spanviz.train`` imports run one way (annotations against a Protocol, a checkpoint module of plain
+    state): the loop, its callbacks, checkpoints and records no longer import each other round."""
+    graph = imports_inside(package)
+    assert len(graph) > 3 and any(graph.values())  # the check reads the package's imports
+    assert find_circle(graph) == []
+
+
 # ---------------------------------------------------------------- names the user reads must be on the faces
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))

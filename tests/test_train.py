@@ -678,6 +678,25 @@ def test_a_checkpoint_whose_state_does_not_fit_is_named(data, tmp_path):
         Trainer.resume(path, data)
 
 
+def test_checkpoint_files_take_plain_state_and_refuse_nonfinite_weights(data, tmp_path):
+    """spanviz.train.checkpoint is file I/O of plain state, no trainer: save_checkpoint(path, trainer.state_dict())
+    writes the very bytes Trainer.save_checkpoint writes, load_checkpoint reads them back, and a state with a NaN
+    weight is refused before anything is written (the old file stays)."""
+    from spanviz.train.checkpoint import load_checkpoint, save_checkpoint
+
+    trainer = Trainer(model_cfg(data), train_cfg(steps=2), data)
+    trainer.step(1)
+    state = trainer.state_dict()
+    path = save_checkpoint(tmp_path / "plain.pt", state)
+    assert path.read_bytes() == trainer.save_checkpoint(tmp_path / "method.pt").read_bytes()
+    ckpt = load_checkpoint(path)
+    assert ckpt.step == 1 and ckpt.record.history == trainer.history and ckpt.model_cfg == trainer.model_cfg
+    nan = torch.full_like(state["model"]["wte.weight"], math.nan)
+    with pytest.raises(RuntimeError, match="wte.weight has non-finite values"):
+        save_checkpoint(path, {**state, "model": {**state["model"], "wte.weight": nan}})
+    assert load_checkpoint(path).step == 1
+
+
 def test_parameter_count_and_memory_check_refuse_before_building(data, monkeypatch):
     from spanviz.model import TinyGPT
     from spanviz.spans import SpanConfig

@@ -3,9 +3,9 @@
 The trainer knows two kinds of callback (as in minGPT's trainer, the loop triggers them and knows nothing of
 what they measure):
 
-* **probes** (:class:`Probe`) measure: after an update (and its evaluation, when due) each due probe adds its
-  keys to the update's row, before the row enters the history. :class:`ProbeSet` runs them and checks what
-  they return;
+* **probes** (:class:`~spanviz.train.protocols.Probe`) measure: after an update (and its evaluation, when due)
+  each due probe adds its keys to the update's row, before the row enters the history. :class:`ProbeSet` runs
+  them and checks what they return;
 * **row callbacks** ``cb(trainer, row)`` watch: called after the row was recorded (checkpoint written), e.g.
   a UI refresh or :class:`ProgressBar`.
 
@@ -15,43 +15,13 @@ The history itself is grown in one place only: :func:`spanviz.train.record.appen
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from tqdm.auto import tqdm
 
 from spanviz.contexts import eval_mode
+from spanviz.train.protocols import Probe, TrainerView  # Probe: also importable from here, as before
 from spanviz.train.record import CORE_KEYS, to_json_value
-
-if TYPE_CHECKING:  # annotations only
-    from spanviz.train.loop import Trainer
-
-
-class Probe(Protocol):
-    """An opt-in measurement taken during training: each technique has one (:class:`spanviz.spans.SpanProbe`,
-    :class:`spanviz.local_global.LogitProbe`, :class:`spanviz.fp8.FP8Probe`).
-
-    Attributes:
-        name: non-empty, unique among a trainer's probes.
-        every: run after updates s with ``s % every == 0`` (so after the first update) and after the last.
-    Call:
-        ``probe(trainer) -> dict[str, JSON-able]``, after the optimizer step (and after evaluation, when
-        due), with the model in eval mode (train mode restored afterwards) and gradients enabled (the
-        parameters' ``.grad`` still hold this update's clipped gradients; a probe may overwrite them). A probe
-        may draw random numbers: the trainer's own RNG stream is separate, so a probe never changes the
-        loss curve. The keys go into the
-        history *as returned*: by convention a probe prefixes them itself (``"fp8/..."``); they must not be
-        core keys (:data:`CORE_KEYS`) nor keys of another probe (``ValueError``). Tensors and numpy
-        values are converted with ``.tolist()``.
-    Optional:
-        ``describe() -> dict`` (JSON-able settings for the run config and the results-store key; without it
-        the public scalar / tuple attributes are recorded), ``state_dict() -> dict`` (JSON-able) and
-        ``load_state_dict(state)`` to carry probe state (e.g. delayed-scaling histories) through checkpoints.
-    """
-
-    name: str
-    every: int
-
-    def __call__(self, trainer: Trainer) -> Mapping[str, Any]: ...
 
 
 def check_probes(probes: Sequence[Any]) -> None:
@@ -84,13 +54,13 @@ class ProbeSet:
         check_probes(self.probes)
         self._key_owner: dict[str, str] = {}  # probe key → probe name
 
-    def measure(self, trainer: Trainer, row: dict[str, Any], last: bool) -> None:
+    def measure(self, trainer: TrainerView, row: dict[str, Any], last: bool) -> None:
         """Add to ``row`` the values of the probes due after update ``row["step"]`` (all of them when ``last``)."""
         for probe in self.probes:
             if row["step"] % probe.every == 0 or last:
                 row.update(self._run(probe, trainer))
 
-    def _run(self, probe: Probe, trainer: Trainer) -> dict[str, Any]:
+    def _run(self, probe: Probe, trainer: TrainerView) -> dict[str, Any]:
         with eval_mode(trainer.model):
             out = probe(trainer)
         if not isinstance(out, Mapping):
@@ -129,7 +99,7 @@ class ProgressBar:
         desc: the bar's label.
     """
 
-    def __init__(self, trainer: Trainer, desc: str = "train") -> None:
+    def __init__(self, trainer: TrainerView, desc: str = "train") -> None:
         self.bar = tqdm(total=trainer.train_cfg.steps, initial=trainer.step_count, desc=desc, unit="step",
                         dynamic_ncols=True)
 

@@ -1,6 +1,13 @@
-"""Checkpoints: everything needed to continue a run exactly — weights, optimizer, RNG states, history, probe
+"""Checkpoint files: everything needed to continue a run exactly — weights, optimizer, RNG states, history, probe
 state — in one file, written atomically, read back with ``torch.load(weights_only=True)`` and checked before
 anything is built from it.
+
+This module is file I/O and checks of plain state, as nanoGPT's ``torch.save`` of a dict of state dicts and
+nanochat's ``save_checkpoint(dir, step, model_data, optimizer_data, meta)``: :func:`save_checkpoint` writes a
+state dict (:meth:`Trainer.state_dict <spanviz.train.Trainer.state_dict>`), :func:`load_checkpoint` reads and
+checks one into a :class:`Checkpoint`; it knows no trainer. When a run writes its checkpoint, and what a resume
+does with one, is the trainer's business (:class:`spanviz.train.Trainer`); which files a run's folder holds is
+:class:`~spanviz.train.folder.RunFolder`'s.
 
 A checkpoint is written at every evaluation by default (``TrainConfig.checkpoint_interval``) and never from
 non-finite weights, so after a divergence the last good checkpoint stays on disk; a checkpoint with non-finite
@@ -12,12 +19,11 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
@@ -27,11 +33,6 @@ from spanviz.model import GPTConfig
 from spanviz.train.config import TrainConfig
 from spanviz.train.record import CONFIG_KEYS, RunRecord
 from spanviz.validators import check_int
-
-if TYPE_CHECKING:  # annotations only
-    from spanviz.train.loop import Trainer
-
-logger = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = "spanviz-checkpoint-1"
 
@@ -50,7 +51,7 @@ class Checkpoint:
     Attributes:
         path: the file. model_cfg, train_cfg: the run's configs. record: its run record (history up to
         ``step``). step: updates done. state: the raw contents (``model`` and ``optimizer`` state dicts,
-        ``rng``, ``probes``; see :meth:`Trainer.save_checkpoint`).
+        ``rng``, ``probes``; see :meth:`Trainer.state_dict <spanviz.train.Trainer.state_dict>`).
     """
 
     path: Path
@@ -70,7 +71,7 @@ def first_line(error: BaseException) -> str:
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
-    """Read and check a checkpoint written by :meth:`Trainer.save_checkpoint` (``weights_only=True``).
+    """Read and check a checkpoint written by :func:`save_checkpoint` (``weights_only=True``).
 
     Cheap (the file of a tiny GPT is small) and builds nothing, so a command can check a checkpoint before it
     loads any data.
@@ -201,17 +202,22 @@ def nonfinite_parameter(model: nn.Module) -> str | None:
     return None
 
 
-def save_checkpoint(trainer: Trainer, path: str | os.PathLike[str]) -> Path:
-    """Save everything needed to continue ``trainer``'s run exactly, atomically (see :meth:`Trainer.save_checkpoint`).
+def save_checkpoint(path: str | os.PathLike[str], state: Mapping[str, Any]) -> Path:
+    """Write ``state`` (a trainer's :meth:`~spanviz.train.Trainer.state_dict`: a dict of state dicts) to ``path``
+    with ``torch.save``, atomically: serialised first, then put in place, so on any error the old file stays.
+    ``torch.load(path, weights_only=True)`` (or :func:`load_checkpoint`) reads it back.
 
+    Returns:
+        The path written.
     Raises:
-        RuntimeError: a parameter is non-finite (a bad state is never written).
+        RuntimeError: a weight in ``state["model"]`` is non-finite (a bad state is never written).
+        OSError: the file cannot be written (e.g. a full disk); the old file is kept.
     """
-    bad = nonfinite_parameter(trainer.model)
+    bad = next((name for name, value in state["model"].items() if _nonfinite(value)), None)
     if bad is not None:
         raise RuntimeError(f"refusing to save a checkpoint: parameter {bad} has non-finite values")
     buffer = io.BytesIO()
-    torch.save(trainer.state_dict(), buffer)
+    torch.save(dict(state), buffer)
     return atomic_write(path, buffer.getvalue())
 
 
@@ -249,71 +255,3 @@ def check_moments(optimizer: torch.optim.Optimizer) -> None:
                 if key in moments and moments[key].shape != param.shape:
                     raise ValueError(f"optimizer {key} of shape {tuple(moments[key].shape)} for a parameter of "
                                      f"shape {tuple(param.shape)}")
-
-
-def restore(trainer: Trainer, ckpt: Checkpoint) -> None:
-    """Continue ``ckpt``'s run in a freshly built ``trainer`` (:meth:`Trainer.load_state_dict`), and note where
-    from: ``record.environment["resumed_from"]``, and ``trainer.last_checkpoint`` when ``ckpt`` is the checkpoint
-    in ``trainer.out_dir``. A ``data`` or ``probes`` config unlike the checkpoint's is logged as a warning. A
-    finished run's ``run.json`` in ``out_dir`` is rewritten (a kill during its final write may have left an older
-    one).
-
-    Raises:
-        CheckpointError: the state does not fit the checkpoint's own configuration.
-    """
-    for part in ("data", "probes"):
-        if ckpt.record.config.get(part) != trainer.record.config[part]:
-            logger.warning("resume: %s differs from the checkpoint's (%s vs %s); the continued curve will not match "
-                           "the original run", part, trainer.record.config[part], ckpt.record.config.get(part))
-    # which checkpoint, not where it lay: a run record holds no path of the machine (set first: the key order of
-    # run.json stays that of earlier versions)
-    trainer.record.environment["resumed_from"] = {"checkpoint": Path(ckpt.path).name, "step": ckpt.step}
-    try:
-        trainer.load_state_dict(ckpt.state)
-    except ValueError as error:
-        raise CheckpointError(f"{ckpt.path} is damaged: {error}") from None
-    if trainer.out_dir is not None and Path(ckpt.path).resolve() == (trainer.out_dir / "checkpoint.pt").resolve():
-        trainer.last_checkpoint = ckpt.step
-    if trainer.done and trainer.out_dir is not None:
-        # The checkpoint holds the finished run: its run.json may be older (a kill -9 during the final write left
-        # status "running"), and run() has nothing to do and would not rewrite it.
-        save_outputs(trainer, checkpoint=False)
-
-
-def on_disk(trainer: Trainer) -> str:
-    """What the output folder holds, as a sentence starting with a space (empty without an out_dir). It names the
-    files, not the folder: the message goes into the run record, which holds no path of the machine (the command
-    line prints the folder)."""
-    if trainer.out_dir is None:
-        return ""
-    if trainer.last_checkpoint is None:
-        return " No checkpoint had been written yet; the history is in run.json in the output folder."
-    return (f" The last good checkpoint ({trainer.last_checkpoint} of {trainer.train_cfg.steps} updates) is "
-            "checkpoint.pt in the output folder; the history is in run.json there.")
-
-
-def save_outputs(trainer: Trainer, *, checkpoint: bool) -> None:
-    """Write run.json (and checkpoint.pt) into ``trainer.out_dir`` (nothing without one); non-finite weights turn
-    the run "diverged" instead of being checkpointed, so the last good checkpoint stays.
-
-    The trainer writes ``run.json`` (status "running") when training starts, both files at every checkpoint (see
-    ``TrainConfig.checkpoint_interval``: by default after every evaluation) and when the run ends; only
-    ``run.json`` when it diverges.
-    """
-    if trainer.out_dir is None:
-        return
-    if checkpoint:
-        bad = nonfinite_parameter(trainer.model)
-        if bad is None:
-            trainer.save_checkpoint(trainer.out_dir / "checkpoint.pt")
-            trainer.last_checkpoint = trainer.step_count
-        else:
-            trainer.record.status = "diverged"
-            trainer.record.message = (f"diverged: parameter {bad} became non-finite by update "
-                                      f"{trainer.step_count}; try a lower lr or gradient clipping.{on_disk(trainer)}")
-            logger.warning("run diverged: %s", trainer.record.message)
-    if trainer.record.status == "running":
-        held = ("no checkpoint yet" if trainer.last_checkpoint is None
-                else f"checkpoint.pt holds {trainer.last_checkpoint} updates")
-        trainer.record.message = f"{trainer.step_count} of {trainer.train_cfg.steps} updates done; {held}"
-    trainer.record.save(trainer.out_dir / "run.json")

@@ -4,7 +4,10 @@
 The loop is step-wise, so a notebook UI can interleave work with drawing: ``trainer.step(n)`` runs ``n``
 updates and returns their history rows; ``trainer.run()`` blocks until ``train_cfg.steps``. It knows nothing of
 what is measured: probes and row callbacks do that (:mod:`spanviz.train.callbacks`), the history is grown by
-:func:`~spanviz.train.record.append_rows`, checkpoints are written by :mod:`spanviz.train.checkpoint`.
+:func:`~spanviz.train.record.append_rows`. It owns its run's lifecycle — when ``run.json`` and ``checkpoint.pt``
+are written, what a stop, a divergence or a Ctrl-C records, how a resume continues — while the files themselves
+are :class:`~spanviz.train.folder.RunFolder`'s and the checkpoint format (plain state in, plain state out) is
+:mod:`spanviz.train.checkpoint`'s.
 
 Each update appends one history row (:data:`~spanviz.train.record.CORE_KEYS` says what its entries mean).
 Determinism: one ``seed`` controls the initial weights, the training batches and dropout, in streams of the
@@ -36,11 +39,14 @@ from spanviz.data.batches import get_batch, iter_eval_batches
 from spanviz.memory import keep_freed_memory
 from spanviz.model import GPTConfig, TinyGPT
 from spanviz.contexts import eval_mode, settle_vector_math
-from spanviz.train.callbacks import Probe, ProbeSet, ProgressBar
-from spanviz.train.checkpoint import (CHECKPOINT_FORMAT, Checkpoint, check_moments, check_state, first_line,
-                                      load_checkpoint, on_disk, restore, resumed_configs, save_checkpoint, save_outputs)
+from spanviz.train.callbacks import ProbeSet, ProgressBar
+from spanviz.train.checkpoint import (CHECKPOINT_FORMAT, Checkpoint, CheckpointError, check_moments, check_state,
+                                      first_line, load_checkpoint, nonfinite_parameter, resumed_configs,
+                                      save_checkpoint)
 from spanviz.train.config import TrainConfig, check_data, check_runnable, lr_at
+from spanviz.train.folder import RunFolder
 from spanviz.train.guards import Interruption, PrivateRNG
+from spanviz.train.protocols import Probe
 from spanviz.train.record import (CORE_KEYS, RunRecord, append_rows, environment, note_threads, run_config,
                                   to_json_text)
 from spanviz.validators import check_int
@@ -90,8 +96,8 @@ class Trainer:
         probes: :class:`Probe` objects, run every ``probe.every`` updates.
         callbacks: ``cb(trainer, row)`` called after every update (also the diverged one), after probes and
             checkpoints; may call ``trainer.request_stop()``. Exceptions propagate.
-        out_dir: folder for ``run.json`` and ``checkpoint.pt`` (written when training starts, at every checkpoint
-            and when the run ends: :func:`~spanviz.train.checkpoint.save_outputs`); None = keep all in memory.
+        out_dir: folder for ``run.json`` and ``checkpoint.pt`` (a :class:`~spanviz.train.folder.RunFolder`; written
+            when training starts, at every checkpoint and when the run ends); None = keep all in memory.
         extra_config: JSON-able entries added to ``record.config`` (e.g. ``{"variant": "qk4", "seed": 1}``);
             they are part of the results-store key.
 
@@ -99,7 +105,9 @@ class Trainer:
         model (TinyGPT, on ``device``), optimizer (AdamW), device, model_cfg, train_cfg, data, probes (tuple),
         callbacks (list; may be appended to), step_count (updates done), history (dict of lists, also
         ``record.history``), record (:class:`RunRecord`), eval_batches (the ``eval_iters`` fixed (x, y) pairs,
-        (B, T) long), probe_batch (the first B consecutive windows of the eval split, (x, y), (B', T) long, B' <= B).
+        (B, T) long), probe_batch (the first B consecutive windows of the eval split, (x, y), (B', T) long, B' <= B),
+        out_dir (Path or None), folder (its :class:`~spanviz.train.folder.RunFolder`, or None), last_checkpoint
+        (updates done in the checkpoint in ``out_dir``, or None).
 
     Raises:
         ValueError: bad configs, probes, callbacks or data (e.g. ``model_cfg.vocab_size`` smaller than the
@@ -123,7 +131,8 @@ class Trainer:
             if not callable(cb):
                 raise ValueError(f"callbacks[{i}] must be callable as cb(trainer, row), got {cb!r}")
         self.model_cfg, self.train_cfg, self.data = model_cfg, train_cfg, data
-        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.folder = RunFolder(out_dir) if out_dir is not None else None  # run.json and checkpoint.pt
+        self.out_dir = self.folder.path if self.folder is not None else None
         config = run_config(model_cfg, train_cfg, data, self.probes, extra_config)
 
         # One seed: weights (CPU init, then moved), dropout (our own copy of torch's RNG), batches.
@@ -147,7 +156,6 @@ class Trainer:
         self.record = RunRecord(config=config, environment=environment(self.device), history=self.history)
         self._interruption = Interruption()  # stop requests and Ctrl-C: pending, inside an update, torn
         self._announced = False  # run.json written with status "running" by this trainer
-        self.last_checkpoint: int | None = None  # step_count of the checkpoint in out_dir, if any
         logger.info("Trainer: %d parameters on %s, %d steps of %d×%d tokens",
                     self.model.num_params(), self.device, train_cfg.steps, B, T)
 
@@ -182,11 +190,17 @@ class Trainer:
         elif last:
             best = self.record.best_val_loss
             self._end("finished", f"finished {cfg.steps} updates; best val loss {best:.4f}", checkpoint=True)
-        elif self.out_dir is not None and cfg.checkpoint_due(self.step_count, row["val_loss"] is not None):
-            save_outputs(self, checkpoint=True)
+        elif self.folder is not None and cfg.checkpoint_due(self.step_count, row["val_loss"] is not None):
+            self._save(checkpoint=True)
         return row
 
     # --------------------------------------------------------------------------------------- control
+    @property
+    def last_checkpoint(self) -> int | None:
+        """Updates done in the checkpoint in ``out_dir`` (written by this trainer, or the one it resumed from), or
+        None: no folder, or no checkpoint there yet."""
+        return self.folder.last_checkpoint if self.folder is not None else None
+
     @property
     def done(self) -> bool:
         """True unless the status is "running" (finished, stopped, diverged or interrupted)."""
@@ -241,8 +255,8 @@ class Trainer:
             return rows
         self.record.status, self.record.message = "running", ""
         note_threads(self.record.environment, self.step_count)
-        if self.out_dir is not None and not self._announced:
-            save_outputs(self, checkpoint=False)  # a run killed before its first checkpoint still leaves a trace
+        if self.folder is not None and not self._announced:
+            self._save(checkpoint=False)  # a run killed before its first checkpoint still leaves a trace
             self._announced = True
         with self._interruption.guard(self._interrupted) as interruption:
             for _ in range(n):
@@ -263,13 +277,13 @@ class Trainer:
         """Record a Ctrl-C: checkpoint the last complete update, unless it struck inside an update."""
         if torn:
             self._end("interrupted", f"interrupted inside update {self.step_count}: the in-memory state may be "
-                      f"half-updated, so no checkpoint was written.{on_disk(self)}", checkpoint=False)
+                      f"half-updated, so no checkpoint was written.{self._on_disk()}", checkpoint=False)
         elif not self.done:
             self._end("interrupted", f"interrupted by Ctrl-C after {self.step_count} of {self.train_cfg.steps} "
                       "updates", checkpoint=True)
-            if self.out_dir is not None:
-                self.record.message += f".{on_disk(self)}"
-                save_outputs(self, checkpoint=False)
+            if self.folder is not None:
+                self.record.message += f".{self._on_disk()}"
+                self._save(checkpoint=False)
 
     def _honour_stop(self) -> bool:
         if not self._interruption.stop_requested():
@@ -290,12 +304,40 @@ class Trainer:
         fix = (" or enable gradient clipping (grad_clip=1.0)" if clip is None
                else f" or a smaller grad_clip (now {clip:g})")
         hint = f"try a lower lr (peak lr={self.train_cfg.lr:g}){fix}"
-        self._end("diverged", f"diverged: {what}; {hint}.{on_disk(self)}", checkpoint=False)
+        self._end("diverged", f"diverged: {what}; {hint}.{self._on_disk()}", checkpoint=False)
 
     def _end(self, status: str, message: str, *, checkpoint: bool) -> None:
         self.record.status, self.record.message = status, message
         (logger.warning if status in ("diverged", "interrupted") else logger.info)("run %s: %s", status, message)
-        save_outputs(self, checkpoint=checkpoint)
+        self._save(checkpoint=checkpoint)
+
+    def _save(self, *, checkpoint: bool) -> None:
+        """Write run.json (and, with ``checkpoint``, checkpoint.pt) into the run's folder (nothing without one);
+        non-finite weights turn the run "diverged" instead of being checkpointed, so the last good checkpoint
+        stays. A running run's message says how far it got and what the checkpoint holds.
+
+        Written when training starts (run.json, status "running"), at every checkpoint (see
+        ``TrainConfig.checkpoint_interval``: by default after every evaluation) and when the run ends (both; only
+        run.json when it diverges or a Ctrl-C struck inside an update).
+        """
+        if self.folder is None:
+            return
+        if checkpoint:
+            bad = nonfinite_parameter(self.model)
+            if bad is None:
+                self.folder.write_checkpoint(self.state_dict(), self.step_count)
+            else:
+                self.record.status = "diverged"
+                self.record.message = (f"diverged: parameter {bad} became non-finite by update {self.step_count}; "
+                                       f"try a lower lr or gradient clipping.{self._on_disk()}")
+                logger.warning("run diverged: %s", self.record.message)
+        if self.record.status == "running":
+            self.record.message = self.folder.progress(self.step_count, self.train_cfg.steps)
+        self.folder.write_record(self.record)
+
+    def _on_disk(self) -> str:
+        """What the run's folder holds, as a sentence starting with a space (empty without a folder)."""
+        return self.folder.contents(self.train_cfg.steps) if self.folder is not None else ""
 
     # ----------------------------------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
@@ -355,7 +397,7 @@ class Trainer:
         Raises:
             RuntimeError: a parameter is non-finite (a bad state is never written).
         """
-        return save_checkpoint(self, path)
+        return save_checkpoint(path, self.state_dict())
 
     @classmethod
     def resume(cls, path: str | os.PathLike[str] | Checkpoint, data: Any, *, probes: Sequence[Probe] = (),
@@ -367,7 +409,11 @@ class Trainer:
         :meth:`state_dict` (:meth:`load_state_dict`). On CPU, with the run's thread count
         (``checkpoint.record.environment["num_threads"]``; ``spanviz train --resume`` sets it), the continued
         loss curve is bit-for-bit the one an uninterrupted run would have produced. The status becomes
-        "running" (or stays "finished"; see :func:`~spanviz.train.checkpoint.restore` for its ``run.json``).
+        "running" (or stays "finished": then the ``run.json`` in ``out_dir`` is rewritten, as a kill during the
+        run's final write may have left an older one). Where from is noted in
+        ``record.environment["resumed_from"]`` (the file's name and step, no path); when the checkpoint is the one
+        in ``out_dir``, ``last_checkpoint`` is its step. A ``data`` or ``probes`` config unlike the checkpoint's
+        is logged as a warning.
 
         Args:
             path: the checkpoint file, or a :class:`Checkpoint` from :func:`load_checkpoint`.
@@ -385,8 +431,32 @@ class Trainer:
         train_cfg, extra = resumed_configs(ckpt, steps)
         trainer = cls(ckpt.model_cfg, train_cfg, data, probes=probes, callbacks=callbacks, out_dir=out_dir,
                       extra_config=extra)
-        restore(trainer, ckpt)
+        trainer._continue_from(ckpt)
         return trainer
+
+    def _continue_from(self, ckpt: Checkpoint) -> None:
+        """Continue ``ckpt``'s run in this freshly built trainer (see :meth:`resume`).
+
+        Raises:
+            CheckpointError: the state does not fit the checkpoint's own configuration.
+        """
+        for part in ("data", "probes"):
+            if ckpt.record.config.get(part) != self.record.config[part]:
+                logger.warning("resume: %s differs from the checkpoint's (%s vs %s); the continued curve will not "
+                               "match the original run", part, self.record.config[part], ckpt.record.config.get(part))
+        # which checkpoint, not where it lay: a run record holds no path of the machine (set first: the key order of
+        # run.json stays that of earlier versions)
+        self.record.environment["resumed_from"] = {"checkpoint": Path(ckpt.path).name, "step": ckpt.step}
+        try:
+            self.load_state_dict(ckpt.state)
+        except ValueError as error:
+            raise CheckpointError(f"{ckpt.path} is damaged: {error}") from None
+        if self.folder is not None:
+            self.folder.adopt(ckpt.path, ckpt.step)
+            if self.done:
+                # The checkpoint holds the finished run: its run.json may be older (a kill -9 during the final write
+                # left status "running"), and run() has nothing to do and would not rewrite it.
+                self._save(checkpoint=False)
 
     # ------------------------------------------------------------------------------------- evaluation
     @torch.no_grad()

@@ -29,7 +29,7 @@ from spanviz.provenance import code_identity
 
 if TYPE_CHECKING:  # annotations only
     from spanviz.model import GPTConfig
-    from spanviz.train.callbacks import Probe
+    from spanviz.train.protocols import Probe
     from spanviz.train.config import TrainConfig
 
 logger = logging.getLogger(__name__)
