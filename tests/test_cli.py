@@ -626,7 +626,9 @@ def test_runs_list_tells_shipped_runs_from_local_ones_and_filters(tmp_path, caps
     gpu = [line for line in rows if not line.startswith(mine[:12])]
     on_cuda = {k[:12] for k, r in store.records() if k != mine and r.environment["device"].startswith("cuda")}
     cpu_sweeps = {k for k, r in store.records() if (r.config.get("tags") or {}).get("size") == "cpu"}  # growth, alphas
-    assert len(on_cuda) >= shipped - 1 - len(cpu_sweeps)  # and, until its GPU remake, the tour run (docs/gpu.md)
+    cpu_panels = {k for k, r in store.records() if k != mine and not r.config.get("tags")
+                  and r.environment["device"].startswith("cpu")}  # the tour's run and 03's re-made default (CPU)
+    assert len(cpu_panels) == 2 and len(on_cuda) == shipped - len(cpu_sweeps) - len(cpu_panels)
     assert all(line.split()[1] == "bundle" and ("NVIDIA H100" in line) == (line[:12] in on_cuda) for line in gpu)
     assert any(" mhsa " in line and " ls/gpu " in line and " 1000 " in line for line in gpu)  # sweep runs
     assert any(" spans kv8 [1000] (Span probe) " in line and " notebook " in line for line in gpu)  # a panel's

@@ -11,7 +11,7 @@ Examples::
     spanviz runs export workshop.zip      # then, on the students' machines: spanviz runs import workshop.zip
 
 One module per subcommand (:mod:`~spanviz.cli.prepare_data`, :mod:`~spanviz.cli.train` with its checks in
-:mod:`~spanviz.cli.train_checks`, :mod:`~spanviz.cli.sweep`, :mod:`~spanviz.cli.runs`, :mod:`~spanviz.cli.bench`),
+:mod:`~spanviz.cli.train_flags`, :mod:`~spanviz.cli.train_plans`, :mod:`~spanviz.cli.sweep`, :mod:`~spanviz.cli.runs`, :mod:`~spanviz.cli.bench`),
 each a dataclass of flags and a ``cmd_*`` function; :mod:`~spanviz.cli.app` parses with ``tyro`` and dispatches (not
 named ``main``: imported on first use, a submodule ``main`` would rebind this package's function ``main``);
 :mod:`~spanviz.cli.common` holds what several share (data flags, messages in flag names, ``SPANVIZ_SMOKE``);

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from spanviz.cli.common import DataOptions, UsageError, flag_name
-from spanviz.cli.train_checks import probe_options_of
+from spanviz.cli.train_plans import probe_options_of
 from spanviz.data.hub import HUB_ID
 from spanviz.data.tokenizers import TOKENIZER_KINDS
 from spanviz.data.wikitext import CONFIGS

@@ -1,52 +1,29 @@
 """``spanviz train``: its flags (GPTConfig, TrainConfig, the data, span and probe flags), then lock ``--out``,
-train with a progress bar, print the outcome, put the run into the store. The checks made before any data are
-read are in :mod:`spanviz.cli.train_checks`."""
+train with a progress bar, print the outcome, put the run into the store. The flags are
+:mod:`spanviz.cli.train_flags`, the plans made from them before any data are read :mod:`spanviz.cli.train_plans`."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import torch
-import tyro
 
-from spanviz.cli.common import DataOptions, UsageError, announce_smoke, as_flags, check_home, load_data, smoke
+from spanviz.cli.common import UsageError, announce_smoke, as_flags, check_home, load_data, smoke
 from spanviz.cli.config_file import ConfigFile
-from spanviz.cli.train_checks import (
-    ProbeOptions, SpanOptions, TrainPlan, build_probes, fresh_plan, resume_plan, smoke_train,
-)
+from spanviz.cli.train_flags import TrainCommand
+from spanviz.cli.train_plans import TrainPlan, build_probes, fresh_plan, resume_plan, smoke_train
 from spanviz.files import check_writable_folder, folder_lock
 from spanviz.model import GPTConfig
 from spanviz.store import ResultsStore
 from spanviz.contexts import torch_threads
-from spanviz.train import RunRecord, TrainConfig, Trainer
+from spanviz.train import RunRecord, Trainer
 from spanviz.train.callbacks import ProgressBar
 from spanviz.train.config import check_runnable, count_parameters
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrainCommand:
-    """Train a TinyGPT: run.json + checkpoint.pt in --out (checkpointed at every evaluation), record in the store."""
-
-    data: Annotated[DataOptions, tyro.conf.OmitArgPrefixes] = DataOptions()
-    model: Annotated[GPTConfig, tyro.conf.OmitArgPrefixes]
-    spans: Annotated[SpanOptions, tyro.conf.OmitArgPrefixes] = SpanOptions()
-    train: Annotated[TrainConfig, tyro.conf.OmitArgPrefixes]
-    probes: Annotated[ProbeOptions, tyro.conf.OmitArgPrefixes] = ProbeOptions()
-    out: Path | None = None
-    """folder for run.json and checkpoint.pt, locked while training; without it only the results store keeps the run."""
-    resume: bool = False
-    """continue the run in --out from its last checkpoint; with --steps N extend it (a finished one too) to N."""
-    store: bool = True
-    """put the finished (or diverged) run into the results store ($SPANVIZ_HOME/runs): runs export ships it."""
-    config: Path | None = None
-    """JSON with `model` / `train` sections (GPTConfig / TrainConfig fields; a run.json works): flags override it."""
-    verbose: bool = False
-    """log at INFO level."""
 
 
 DATA_FLAGS = ("--data-dir", "--train-split", "--eval-split", "--wikitext-config", "--tokenizer", "--max-vocab")

@@ -1,5 +1,5 @@
-"""``spanviz train``'s checks before any data are read: the flags that are not config fields (span scaling,
-probes), the configs of a new run, the smoke version, and for ``--resume`` the saved run and the typed flags that
+"""``spanviz train``'s plans, made before any data are read: the configs of a new run from the flags
+(:mod:`spanviz.cli.train_flags`), the smoke version, and for ``--resume`` the saved run and the typed flags that
 would contradict it (``--config FILE`` as flags: :mod:`spanviz.cli.config_file`)."""
 
 from __future__ import annotations
@@ -8,53 +8,21 @@ import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Any
 
-import tyro
 
 from spanviz.cli.common import UsageError, as_flags, data_settings, estimated_vocab, flag_name, shrink
+from spanviz.cli.train_flags import ProbeOptions, TrainCommand
 from spanviz.data.hub import HUB_ID
 from spanviz.data.tokens import LOCAL_SOURCE
 from spanviz.fp8 import FP8Probe
 from spanviz.local_global import LogitProbe
 from spanviz.model import GPTConfig
 from spanviz.spans import SpanConfig, SpanProbe
-from spanviz.spans.config import PRESETS
 from spanviz.train import RunRecord, TrainConfig
 from spanviz.train.checkpoint import load_checkpoint
 from spanviz.train.record import describe_probe, to_json_text
 from spanviz.settings import resolve_data_source
-
-if TYPE_CHECKING:
-    from spanviz.cli.train import TrainCommand
-
-
-@dataclass(frozen=True)
-class SpanOptions:
-    """Span / violation gradient scaling (arXiv 2512.13033): off unless --spans-preset or --alphas is given."""
-
-    spans_preset: Literal[PRESETS] | None = None
-    """the decomposition: kv8, qkv8 or qk4 (kv8 when only --alphas is given)."""
-    alphas: Annotated[str | None, tyro.conf.arg(help="α per order, α0 first: digits as in the paper (1000, "
-                                                   "1110) or numbers (1,0.5,0,0); 1111 when only --spans-preset "
-                                                   "is given.")] = None
-    spans_layers: tuple[int, ...] | None = None
-    """layer indices (0-based) the scaling applies to; default: every layer."""
-
-
-@dataclass(frozen=True)
-class ProbeOptions:
-    """Probes: opt-in measurements written to the run record's history."""
-
-    logit_probe: bool = False
-    """max |q·k|/√d_head per layer and head, attention entropy (arXiv 2505.15548); every --probe-every updates."""
-    spans_probe: bool = False
-    """span geometry: energy share by order, cosines, principal angles (arXiv 2512.13033); every --probe-every."""
-    fp8_probe: bool = False
-    """max logits, bounds, scales, E4M3 overflows (arXiv 2602.18851): every step, regardless of --probe-every."""
-    probe_every: int = 10
-    """updates between --logit-probe / --spans-probe measurements (and after the last update), >= 1."""
-
 
 def smoke_train(cmd: TrainCommand, explicit: Collection[str] = ()) -> TrainCommand:
     """The seconds-long version of a train command: step counts ÷ 100, context ≤ 32, batch ≤ 4, ≤ 2 eval batches.
