@@ -50,7 +50,7 @@ class ResultsStore(ReplayLookup):
 
     def path(self, key: str) -> Path:
         """The file of ``key`` (whether or not it exists). Raises ``ValueError`` for a malformed key."""
-        if not isinstance(key, str) or not KEY_RE.match(key):
+        if not isinstance(key, str) or not KEY_RE.fullmatch(key):
             raise ValueError(f"key must be 64 lowercase hex digits (from ResultsStore.key), got {key!r}")
         return self.root / f"{key}.json"
 
@@ -200,7 +200,7 @@ class ResultsStore(ReplayLookup):
         """The keys of the files in the store, sorted (damaged entries included; see :meth:`scan`)."""
         if not self.root.is_dir():
             return []
-        return sorted(p.stem for p in self.root.glob("*.json") if KEY_RE.match(p.stem))
+        return sorted(p.stem for p in self.root.glob("*.json") if KEY_RE.fullmatch(p.stem))
 
     def scan(self) -> tuple[dict[str, RunRecord], list[tuple[Path, str]]]:
         """Read every stored run: ``(records by key, [(file, reason)] of the damaged entries)``, in key order."""
