@@ -29,7 +29,18 @@ from spanviz.widgets.specs import LOSS_VIEW, TRAIN_THREADS, History, LiveView, R
 logger = logging.getLogger(__name__)
 
 
+def check_store(store: Any) -> None:
+    """Raise ``ValueError`` unless ``store`` is "auto", None, or a results store (``find`` or ``get``, and ``put``)."""
+    if isinstance(store, str) and store == "auto" or store is None:
+        return
+    if not (callable(getattr(store, "put", None)) and (callable(getattr(store, "find", None))
+                                                      or callable(getattr(store, "get", None)))):
+        raise ValueError(f"store must be 'auto' (the default results store), None (no store) or a ResultsStore, got "
+                         f"{store!r:.80}")
+
+
 def _resolve_store(store: Any) -> Any:
+    check_store(store)
     return default_store() if isinstance(store, str) and store == "auto" else store
 
 
