@@ -220,3 +220,23 @@ def test_reads_data_names_the_sections_that_take_a_data_dir():
     takes = {name for name, (module, func) in SECTIONS.items()
              if "data_dir" in inspect.signature(getattr(importlib.import_module(module), func)).parameters}
     assert takes == set(READS_DATA)
+
+
+def test_a_panels_train_checks_the_results_stores_space_before_training(tmp_path, monkeypatch):
+    """Finding 12 in the panels' runner: a full store was found when the finished run was put there."""
+    from test_panel_replay import SMALL, TINY_TRAIN, FakeData
+
+    from spanviz.store import ResultsStore
+    from spanviz.widgets.specs import RunSpec
+    from spanviz.widgets.training import TrainingPanel
+
+    store = ResultsStore(tmp_path / "store")
+    real = __import__("shutil").disk_usage
+    monkeypatch.setattr("spanviz.files.shutil.disk_usage",
+                        lambda path: Usage(10**9, 10**9, 0) if Path(path) == store.root else real(path))
+    built = []
+    panel = TrainingPanel(lambda: [RunSpec("tiny GPT", SMALL, TINY_TRAIN)], data=FakeData(), store=store, static=True,
+                          trainer_factory=lambda spec, data: built.append(spec) or pytest.fail("trained"))
+    with pytest.raises(ValueError, match=r"results store.*MiB free"):
+        panel.train(blocking=True)
+    assert not built and "MiB free" in panel.error.value

@@ -92,9 +92,9 @@ def cmd_train(cmd: TrainCommand, given: Mapping[str, str], config: ConfigFile | 
             else:
                 check_out_is_free(out)
         if cmd.store:  # the record must fit where it goes: found now, not after every update has run
-            root = ResultsStore().root
-            check_writable_folder(root, f"the results store {root} (or train with --out DIR --no-store)",
-                                  need_bytes=record_bytes(plan.train_cfg.steps))
+            store = ResultsStore()
+            store.check_room([plan.train_cfg.steps], what=f"the results store {store.root} (or train with --out DIR "
+                                                          "--no-store)")
         if not cmd.store and cmd.out is None:
             print("note: with neither --out nor the results store, nothing of this run is kept", file=sys.stderr)
         for note in plan.notes:
@@ -217,12 +217,6 @@ def check_out_is_free(out: Path) -> None:
             what = f" (status {saved.status}, {done} of {saved.config.get('train', {}).get('steps', '?')} updates)"
     raise UsageError(f"--out {out} already holds a run{what}: continue it with --resume (--resume --steps N "
                      "extends it), or choose another --out")
-
-
-def record_bytes(steps: int) -> int:
-    """About how large a run's record gets in the results store, an upper estimate: 1 KiB per update plus 1 MiB (a
-    300-update run with the FP8 probe on 2 layers, 50 history columns, wrote 207 KB: about 700 B per update)."""
-    return 1024 * steps + 2**20
 
 
 def checkpoint_bytes(model_cfg: GPTConfig) -> int:

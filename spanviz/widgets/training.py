@@ -19,6 +19,7 @@ from spanviz.runner import Job, Runner, TrainerLike
 from spanviz.store.bundle import replay_note
 from spanviz.store.results import Found
 from spanviz.train import Trainer
+from spanviz.train.config import count_parameters
 from spanviz.train.record import run_config
 from spanviz.widgets.eta import StepRate, time_left
 from spanviz.widgets.figure_widget import PlotlyFigure
@@ -191,6 +192,10 @@ class TrainingPanel:
                     else:
                         self.store.put(trainer.record)
             jobs.append(Job(spec.label, steps=spec.train_cfg.steps, make_trainer=make, on_complete=on_complete))
+        trained = [spec for spec, job in zip(specs, jobs) if job.replay is None]
+        if trained and callable(getattr(self.store, "check_room", None)):  # a full store found now, not after training
+            self.store.check_room([s.train_cfg.steps for s in trained],
+                                  sum(2 * count_parameters(s.model_cfg) for s in trained) if self.keep_weights else 0)
         return jobs
 
     def replayed_model(self, label: str) -> TinyGPT | None:
