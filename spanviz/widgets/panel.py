@@ -70,6 +70,9 @@ def check_panel_args(model_cfg: Any, train_cfg: Any, store: Any, probe_every: An
 class Panel:
     """A technique panel: controls and analytic views on top, a :class:`TrainingPanel` below.
 
+    Its arguments (``model_cfg``, ``train_cfg``, ``store``, ``probe_every``) are checked first, before anything is
+    built (:func:`check_panel_args`: ``ValueError`` naming the argument).
+
     A subclass builds its controls (``self.controls``) and analytic views (``self.views``), then calls
     :meth:`_attach_training` with its live views, implements :meth:`_specs` (the runs Train starts, read
     from the controls when Train is pressed), and assigns ``self.widget`` last, once every control's own
