@@ -3,7 +3,8 @@
 #   bash scripts/lab.sh                   → JupyterLab on notebooks/ (port 8888); the address with its token is
 #                                           printed in this terminal (a line like http://127.0.0.1:8888/lab?token=…)
 #   bash scripts/lab.sh voila [NOTEBOOK]  → the notebooks as a web app (Voilà: code hidden, the panels and the
-#                                           text only), e.g. `bash scripts/lab.sh voila 01_spans_and_violations`
+#                                           text only), e.g. `bash scripts/lab.sh voila 01_spans_and_violations`;
+#                                           behind a token like JupyterLab (the printed address carries it)
 #   bash scripts/lab.sh COMMAND ...       → the `spanviz` command line instead, without activating .venv, e.g.
 #                                           `bash scripts/lab.sh prepare-data --data-dir DIR` or `... train --steps 300`
 # JUPYTER_ARGS adds arguments for `jupyter lab` / `voila`, e.g. JUPYTER_ARGS="--ip=0.0.0.0 --no-browser" in a
@@ -41,8 +42,8 @@ if [ "$mode" = "voila" ]; then
       exit 2
     }
   fi
-  echo "Voilà starts: open the address printed below (each notebook runs when its page opens: the panels" \
-       "appear as its cells finish)." >&2
+  echo "Voilà starts: open the address with its token printed below (each notebook runs when its page opens: the" \
+       "panels appear as its cells finish)." >&2
   # JUPYTER_ARGS as for JupyterLab: Voilà spells --ip as --Voila.ip and has no --allow-root (it runs as root).
   vargs=()
   for arg in ${JUPYTER_ARGS:-}; do
@@ -56,7 +57,10 @@ if [ "$mode" = "voila" ]; then
   # from a CDN (offline, each was a console error; Voilà's own bundle has the icons)
   export JUPYTER_PATH="$repo/scripts${JUPYTER_PATH:+:$JUPYTER_PATH}"
   cd "$repo/notebooks"
-  exec voila ${notebook:+"$notebook"} --template=spanviz "${vargs[@]}"
+  # --token: a generated token, printed in the address (http://localhost:8866/?token=…), as JupyterLab does. Without
+  # it Voilà answers anyone who reaches the port and runs the notebooks for them (with --ip=0.0.0.0 in a container,
+  # the whole network); Voilà has no Host check (it sets allow_remote_access), so the token is the guard.
+  exec voila ${notebook:+"$notebook"} --template=spanviz --token "${vargs[@]}"
 fi
 args=()
 if [ "$(id -u)" = 0 ]; then

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -218,6 +219,12 @@ def main(argv: list[str] | None = None) -> int:
         run_notebook(path)
         return 0
 
+    for flag, value, low in (("--jobs", args.jobs, 1), ("--ls-steps", args.ls_steps, 1),
+                             ("--spans-steps", args.spans_steps, 1), *(("--seeds", s, 0) for s in args.seeds)):
+        if value < low:  # --jobs 0 waited for a free slot forever
+            parser.error(f"{flag} must be an integer >= {low}, got {value}")
+    if args.deadline is not None and not (math.isfinite(args.deadline) and args.deadline > 0):
+        parser.error(f"--deadline must be a number of seconds > 0, got {args.deadline}")
     if args.data_dir is None or not args.data_dir.is_dir():
         parser.error(f"--data-dir must be the local WikiText-2 folder, got {args.data_dir}")
     if args.smoke and args.out is None:

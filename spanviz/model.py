@@ -41,7 +41,9 @@ from spanviz.local_global.flex import flex_attention, flex_available
 from spanviz.local_global.stabilisers import is_global_layer, qk_clip_, qk_clip_factors, soft_cap
 from spanviz.spans.config import SpanConfig
 from spanviz.spans.fused import build_grad_fns
-from spanviz.validators import check_bool, check_choice, check_fields, check_float, check_int, check_model_size
+from spanviz.validators import (
+    check_bool, check_choice, check_fields, check_float, check_int, check_model_size, check_tensor,
+)
 
 ATTN_BACKENDS = ("auto", "explicit", "sdpa", "flex")
 HOOK_NAMES = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern")
@@ -431,11 +433,29 @@ class TinyGPT(HookedRootModule):
 
     def forward(self, idx: Tensor, targets: Tensor | None = None, *,
                 return_logits: bool = True) -> tuple[Tensor | None, Tensor | None]:
+        """Logits and loss of token ids.
+
+        Args:
+            idx: (B, T) integer token ids in [0, vocab_size), 1 <= T <= context_length, on the model's device.
+            targets: None, or the next-token ids, (B, T) like ``idx``.
+            return_logits: False with targets gives (None, loss) without forming the (B·T, V) logits.
+        Returns:
+            (logits (B, T, V) or None, loss (scalar, mean cross-entropy in nats) or None).
+        Raises:
+            ValueError: naming ``idx`` or ``targets``: not an integer tensor of that shape, empty, on the meta or
+                another device, longer than context_length, or (on the CPU) holding an id outside [0, vocab_size).
+        Source: GPT-2 (pre-LN), our reconstruction.
+        """
+        self._check_ids("idx", idx)
         if idx.dim() != 2:
             raise ValueError(f"idx must have shape (B, T), got {tuple(idx.shape)}")
         T = idx.size(1)
         if T > self.cfg.context_length:
             raise ValueError(f"sequence length T={T} exceeds context_length={self.cfg.context_length}")
+        if targets is not None:
+            self._check_ids("targets", targets)
+            if targets.shape != idx.shape:
+                raise ValueError(f"targets must have idx's shape {tuple(idx.shape)}, got {tuple(targets.shape)}")
         pos = torch.arange(T, device=idx.device)
         x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, d_model)
         for block in self.blocks:
@@ -446,6 +466,19 @@ class TinyGPT(HookedRootModule):
         logits = self.lm_head(h)  # (B, T, V)
         loss = None if targets is None else F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
         return logits, loss
+
+    def _check_ids(self, name: str, ids: Tensor) -> None:
+        """dtype, shape and device always (metadata: free); the id range only on the CPU. The training loop calls
+        forward every update: on a GPU, ``ids.min()`` / ``ids.max()`` read back to the host would synchronise each
+        step, so there the range is left to the doors that take ids from a user (:func:`spanviz.sampling.generate`,
+        the probes) and to the data, whose vocabulary sets vocab_size. On the CPU the two reductions cost O(B·T),
+        nothing beside the forward."""
+        check_tensor(name, ids, ndim=2, kind="integer", device=self.wte.weight.device)
+        if ids.device.type == "cpu":
+            low, high = int(ids.min()), int(ids.max())
+            if low < 0 or high >= self.cfg.vocab_size:
+                raise ValueError(f"{name} must hold token ids in [0, {self.cfg.vocab_size}) (the model's vocab_size), "
+                                 f"got {low if low < 0 else high}")
 
     def apply_qk_clip(self) -> None:
         """QK-Clip (``cfg.qk_clip``) on every layer after an optimizer update: see :meth:`Attention.apply_qk_clip`."""

@@ -29,23 +29,27 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from spanviz.validators import check_bool, check_float, check_int
+from spanviz.validators import check_bool, check_float, check_int, check_tensor
 
 __all__ = ["TextSample", "generate", "sample_text"]
 
+MAX_NEW_TOKENS = 100_000
+"""Most tokens one call adds (one forward pass each: a hundred thousand is hours of a CPU; 10**12 never ended)."""
 MAX_SEED = 2**63 - 1
 """Largest seed accepted (``torch.Generator.manual_seed`` takes a 64-bit integer)."""
 
 
 def _check_settings(vocab_size: int, max_new_tokens: Any, temperature: Any, top_k: Any, greedy: Any,
                     seed: Any) -> tuple[int, float, int | None, bool, int]:
-    max_new_tokens = check_int("max_new_tokens", max_new_tokens, low=1)
+    max_new_tokens = check_int("max_new_tokens", max_new_tokens, low=1, high=MAX_NEW_TOKENS)
     temperature = check_float("temperature", temperature, low=0.0, low_open=True)
     top_k = None if top_k is None else check_int("top_k", top_k, low=1, high=vocab_size)
     return max_new_tokens, temperature, top_k, check_bool("greedy", greedy), check_int("seed", seed, 0, MAX_SEED)
 
 
 def _check_ids(idx: Any, vocab_size: int) -> Tensor:
+    if isinstance(idx, Tensor):  # the meta device (no data) and its like, before reading the ids
+        check_tensor("idx", idx, kind="any", nonempty=False)
     if not isinstance(idx, Tensor) or idx.dim() not in (1, 2) or idx.dtype.is_floating_point or idx.is_complex() \
             or idx.dtype == torch.bool:
         shape = tuple(idx.shape) if isinstance(idx, Tensor) else type(idx).__name__
@@ -69,7 +73,7 @@ def generate(model: nn.Module, idx: Tensor, max_new_tokens: int, *, temperature:
             (train or eval) is restored afterwards. Do not pass a model another thread is training: copy it.
         idx: prompt token ids, shape (T0,) or (B, T0), an integer dtype, values in [0, V), T0 >= 1. Only the last
             ``cfg.context_length`` tokens are fed to the model at each step (the prompt may be longer).
-        max_new_tokens: tokens to add, >= 1.
+        max_new_tokens: tokens to add, in [1, :data:`MAX_NEW_TOKENS`].
         temperature: > 0 [dimensionless]; the logits are divided by it before the softmax. Ignored when ``greedy``.
         top_k: sample from the k most likely tokens only, 1 <= k <= V; None = from all V. Ignored when ``greedy``.
         greedy: take the most likely token at every step (deterministic; same as ``top_k=1``).
@@ -80,8 +84,8 @@ def generate(model: nn.Module, idx: Tensor, max_new_tokens: int, *, temperature:
     Raises:
         ValueError: before any compute, naming the field, the value and what is allowed: ``max_new_tokens``,
             ``temperature``, ``top_k``, ``greedy`` or ``seed`` out of range; ``idx`` not an integer tensor of 1 or 2
-            dimensions, empty, or holding an id outside [0, V). During sampling: the model's logits are not finite
-            (a diverged model).
+            dimensions, empty, on the meta device, or holding an id outside [0, V). During sampling: the model's
+            logits are not finite (a diverged model).
     """
     vocab_size, context_length = int(model.cfg.vocab_size), int(model.cfg.context_length)
     max_new_tokens, temperature, top_k, greedy, seed = _check_settings(vocab_size, max_new_tokens, temperature,

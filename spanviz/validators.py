@@ -6,7 +6,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from numbers import Integral, Real
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 
 def check_int(name: str, value: Any, low: int | None = None, high: int | None = None) -> int:
@@ -38,13 +41,33 @@ def check_float(name: str, value: Any, low: float = -math.inf, high: float = mat
     Raises:
         ValueError: ``"{name} must be a finite number in [low, high], got value"`` (brackets as open or closed).
     """
-    ok = isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
+    ok = isinstance(value, Real) and not isinstance(value, bool) and _finite_real(value)
     if ok:
         ok = (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
     if not ok:
         interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open or high == math.inf else ']'}"
         raise ValueError(f"{name} must be a finite number in {interval}, got {value!r}")
     return float(value) + 0.0  # -0.0 + 0.0 == +0.0
+
+
+def _finite_real(value: Real) -> bool:
+    """Whether a real number is finite as a float (an int beyond float's range, e.g. 10**400, is not)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def check_scalar(name: str, value: Any, low: float = -math.inf, high: float = math.inf, *,
+                 low_open: bool = False) -> float:
+    """:func:`check_float` that also takes a one-element tensor (a 0-d loss, a bound returned as a tensor); never a
+    string or a bool. Raises: ValueError as :func:`check_float`, or for a tensor of more than one element."""
+    if hasattr(value, "numel") and hasattr(value, "item"):  # a torch tensor or numpy array, without importing torch
+        if value.numel() != 1 or getattr(value, "is_complex", lambda: False)() or str(value.dtype) == "torch.bool":
+            raise ValueError(f"{name} must be a real number or a one-element real tensor, got a tensor of shape "
+                             f"{tuple(value.shape)} ({value.dtype})")
+        value = value.item()
+    return check_float(name, value, low, high, low_open=low_open)
 
 
 def check_bool(name: str, value: Any) -> bool:
@@ -105,6 +128,82 @@ def check_model_size(n_layer: int, d_model: int, vocab_size: int, context_length
     check_int("n_layer", n_layer, 1, MAX_LAYERS)
     approx = 12 * n_layer * d_model**2 + (vocab_size + context_length) * d_model
     if approx > MAX_PARAMS:
-        raise ValueError(f"the model has about {approx:.2e} parameters (12·n_layer·d_model² + (vocab_size + "
+        shown = f"{approx:.2e}" if approx < 1e300 else f"10^{len(str(approx)) - 1}"  # 10**400 has no float
+        raise ValueError(f"the model has about {shown} parameters (12·n_layer·d_model² + (vocab_size + "
                          f"context_length)·d_model), more than the {MAX_PARAMS:.2e} allowed: lower n_layer={n_layer}, "
                          f"d_model={d_model}, vocab_size={vocab_size} or context_length={context_length}")
+
+
+# ------------------------------------------------------------------------------------------------ tensors
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+"""Floating dtypes the mathematics takes (float8 holds no arithmetic on CPU; complex has no order for a max)."""
+
+
+def check_device(name: str, device: Any) -> torch.device:
+    """``device`` (a name or ``torch.device``) as a ``torch.device`` that exists here: cpu, cuda[:i] when CUDA is
+    available (and i < the device count), mps when MPS is available.
+
+    Raises:
+        ValueError: ``"{name} must be ... , got value"`` for an unknown name, or one not available on this machine
+            (instead of torch's ``AssertionError: Torch not compiled with CUDA enabled``).
+    """
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"{name} must be 'cpu', 'cuda', 'cuda:<index>' or 'mps', got {device!r}")
+    if dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()):
+        raise ValueError(f"{name}={str(device)!r} but this machine has {torch.cuda.device_count()} CUDA device(s) "
+                         "(torch.cuda.is_available() is False or the index is too large); use 'cpu'")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"{name}={str(device)!r} but MPS is not available here; use 'cpu'")
+    return dev
+
+
+def check_tensor(name: str, t: Any, *, ndim: int | None = None, min_ndim: int | None = None,
+                 kind: str = "float", finite: bool = False, nonempty: bool = True,
+                 device: torch.device | None = None) -> torch.Tensor:
+    """``t`` when it is a torch tensor the mathematics can take, else a ``ValueError`` naming the argument.
+
+    Args:
+        name: the argument's name, for the message. t: the value.
+        ndim / min_ndim: exact / least number of dimensions (None = any).
+        kind: "float" (float16, bfloat16, float32, float64: no integer, bool, complex or float8) or "integer"
+            (an integer dtype, not bool) or "any" (device and shape checks only).
+        finite: check every element is finite (one pass and, on a GPU, one synchronisation: use it at public doors,
+            not per training step).
+        nonempty: refuse a tensor with no elements.
+        device: the device it must be on (e.g. another argument's); a tensor on the meta device (no data) is
+            always refused.
+    Raises:
+        ValueError: ``"{name} must be ..., got ..."``.
+    """
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name} must be a torch tensor, got {type(t).__name__}")
+    if t.device.type == "meta":
+        raise ValueError(f"{name} is on the meta device (a shape without data); move it to a real device "
+                         "(cpu, cuda) first")
+    if device is not None and t.device != torch.device(device):
+        raise ValueError(f"{name} must be on device {torch.device(device)} (with the other arguments), got {t.device}")
+    if kind == "float" and str(t.dtype).removeprefix("torch.") not in FLOAT_DTYPES:
+        raise ValueError(f"{name} must be a floating-point tensor ({', '.join(FLOAT_DTYPES)}), got {t.dtype}")
+    if kind not in ("float", "integer", "any"):
+        raise ValueError(f"kind must be 'float', 'integer' or 'any', got {kind!r}")
+    if kind == "integer" and (t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool):
+        raise ValueError(f"{name} must be an integer tensor (token ids, e.g. torch.long), got {t.dtype}")
+    if ndim is not None and t.dim() != ndim or min_ndim is not None and t.dim() < min_ndim:
+        want = f"{ndim} dimensions" if ndim is not None else f"at least {min_ndim} dimensions"
+        raise ValueError(f"{name} must have {want}, got shape {tuple(t.shape)}")
+    if nonempty and t.numel() == 0:
+        raise ValueError(f"{name} must not be empty (at least one element), got shape {tuple(t.shape)}")
+    if finite and t.numel():
+        bad = int((~torch.isfinite(t)).sum())
+        if bad:
+            raise ValueError(f"{name} must be finite, got {bad} NaN/inf value(s) of {t.numel()} (shape "
+                             f"{tuple(t.shape)})")
+    return t

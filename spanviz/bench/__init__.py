@@ -59,6 +59,9 @@ SECTIONS: dict[str, tuple[str, str]] = {
     "sweep": ("spanviz.bench.sweep", "bench_sweep"),
 }
 
+READS_DATA = ("core", "sweep")
+"""The sections that read the WikiText-2 folder (``data_dir``); the others time random tokens or tensors."""
+
 QUICK: dict[str, str] = {
     "core": "the notebook config's steps per CPU-second and peak RSS in a fresh process (P6; no TinyGPT / plain "
             "step ratio)",

@@ -12,6 +12,7 @@ import tyro
 
 from spanviz.data.wikitext import split_files
 from spanviz.settings import OFFLINE_SPLITS, resolve_data_source
+from spanviz.bench import READS_DATA
 from spanviz.bench import SECTIONS as BENCH_SECTIONS
 from spanviz.bench import format_results, run_benchmarks
 from spanviz.cli.common import UsageError, announce_smoke, as_flags, smoke
@@ -58,6 +59,9 @@ def cmd_bench(cmd: BenchCommand) -> int:
         if unknown or not names:
             raise UsageError(f"--only {only}: sections are {', '.join(BENCH_SECTIONS)} (comma-separated)")
     quick, data_dir = cmd.quick, cmd.data_dir
+    if data_dir is not None and only is not None and not set(names) & set(READS_DATA):
+        raise UsageError(f"--data-dir {data_dir}: no section of --only {only} reads it (they time random tokens or "
+                         f"tensors); the sections that read the WikiText-2 folder are {', '.join(READS_DATA)}")
     if data_dir is None:
         folder, _ = resolve_data_source()
         data_dir = Path(folder) if folder is not None else None

@@ -68,6 +68,10 @@ def cmd_train(cmd: TrainCommand, given: Mapping[str, str], config: ConfigFile | 
                 check_writable_folder(out, f"--out {cmd.out}", need_bytes=need)
             else:
                 check_out_is_free(out)
+        if cmd.store:  # the record must fit where it goes: found now, not after every update has run
+            store = ResultsStore()
+            store.check_room([plan.train_cfg.steps], what=f"the results store {store.root} (or train with --out DIR "
+                                                          "--no-store)")
         if not cmd.store and cmd.out is None:
             print("note: with neither --out nor the results store, nothing of this run is kept", file=sys.stderr)
         for note in plan.notes:

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from spanviz.validators import check_int
+from spanviz.validators import check_device, check_int
 
 
 def _check_ids(ids: Any, context_length: int) -> Tensor:
@@ -45,11 +45,12 @@ def get_batch(
 
     Raises:
         ValueError: batch_size or context_length not an int >= 1, ids not 1-D integer or too short,
-            generator not a ``torch.Generator``.
+            generator not a ``torch.Generator``, device not available here.
     """
     check_int("batch_size", batch_size, 1)
     check_int("context_length", context_length, 1)
     _check_ids(ids, context_length)
+    device = check_device("device", device)
     if not isinstance(generator, torch.Generator):
         raise ValueError(f"generator={generator!r} must be a torch.Generator (e.g. torch.Generator().manual_seed(0))")
     n_starts = ids.numel() - context_length  # valid starts: 0 .. N - T - 1
@@ -75,9 +76,10 @@ def eval_starts(n_tokens: int, context_length: int, n_windows: int | None = None
         ``(n_windows,)`` ``torch.long``.
 
     Raises:
-        ValueError: n_tokens < T + 1, or context_length / n_windows not an int >= 1.
+        ValueError: n_tokens not an int or < T + 1, or context_length / n_windows not an int >= 1.
     """
     check_int("context_length", context_length, 1)
+    check_int("n_tokens", n_tokens, 0)
     if n_tokens < context_length + 1:
         raise ValueError(f"n_tokens={n_tokens} is too short for context_length={context_length}; "
                          f"need at least {context_length + 1}")

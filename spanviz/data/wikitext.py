@@ -14,13 +14,15 @@ from __future__ import annotations
 import codecs
 import logging
 import os
+import tempfile
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from spanviz.data.hub import HUB_ID, hub_texts, import_datasets
-from spanviz.files import open_bounded
+from spanviz.files import check_writable_folder, open_bounded
 from spanviz.settings import (
     DATA_SOURCE_FILE, DEFAULT_SPLITS, ENV_DATA_DIR, ENV_OFFLINE, SPLITS, check_splits, env_flag, resolve_data_source,
     spanviz_home,
@@ -313,24 +315,10 @@ def _load_from_folder(folder: Path, config: str, splits: dict[str, str]) -> Corp
                     pass
 
     datasets = import_datasets(offline=False)
-    cache_dir = str(spanviz_home() / "hf-datasets")  # datasets' Arrow copies of local files live here
     lines = {}
-    for role, paths in files.items():
-        split = splits[role]
-        builder = "parquet" if paths[0].suffix == ".parquet" else "text"
-        logger.info("reading %s split %r from %s", role, split, ", ".join(map(str, paths)))
-        try:
-            dataset = datasets.load_dataset(
-                builder, data_files={split: [str(p) for p in paths]}, split=split, cache_dir=cache_dir
-            )
-        except Exception as error:  # noqa: BLE001 - datasets raises many types for a bad file; all mean "unreadable"
-            cause = error.__cause__ or error
-            first = (str(cause).strip().splitlines() or [""])[0][:200]
-            raise ValueError(f"{', '.join(map(str, paths))}: cannot be read as a WikiText-2 {builder} file "
-                             f"({type(cause).__name__}: {first})") from None
-        if "text" not in dataset.column_names:
-            raise ValueError(f"{paths[0]} has no 'text' column (columns: {dataset.column_names})")
-        lines[role] = _strip_line_breaks(dataset["text"])
+    with _arrow_cache() as cache_dir:
+        for role, paths in files.items():
+            lines[role] = _read_split(datasets, cache_dir, role, splits[role], paths, config)
     return Corpus(
         lines=lines,
         splits=dict(splits),
@@ -338,6 +326,52 @@ def _load_from_folder(folder: Path, config: str, splits: dict[str, str]) -> Corp
         config=config,
         files={role: [str(p.relative_to(folder)) for p in paths] for role, paths in files.items()},
     )
+
+
+@contextmanager
+def _arrow_cache() -> Iterator[str]:
+    """Where ``datasets`` keeps its Arrow copies of local files: ``$SPANVIZ_HOME/hf-datasets``, or, when that cannot
+    be written (a read-only home whose token cache is all a run needs), a temporary folder removed afterwards —
+    rather than an error that blamed the data file."""
+    cache_dir = spanviz_home() / "hf-datasets"
+    try:
+        check_writable_folder(cache_dir, "the datasets cache")
+    except ValueError:
+        logger.info("%s cannot be written: datasets' copies of the text go to a temporary folder", cache_dir)
+        with tempfile.TemporaryDirectory(prefix="spanviz-hf-datasets-") as temporary:
+            yield temporary
+        return
+    yield str(cache_dir)
+
+
+def _read_split(datasets: Any, cache_dir: str, role: str, split: str, paths: list[Path], config: str) -> list[str]:
+    """The lines of one role's split files (text or parquet), read through ``datasets``; checked against config."""
+    builder = "parquet" if paths[0].suffix == ".parquet" else "text"
+    logger.info("reading %s split %r from %s", role, split, ", ".join(map(str, paths)))
+    try:
+        dataset = datasets.load_dataset(
+            builder, data_files={split: [str(p) for p in paths]}, split=split, cache_dir=cache_dir
+        )
+    except Exception as error:  # noqa: BLE001 - datasets raises many types for a bad file; all mean "unreadable"
+        cause = error.__cause__ or error
+        first = (str(cause).strip().splitlines() or [""])[0][:200]
+        raise ValueError(f"{', '.join(map(str, paths))}: cannot be read as a WikiText-2 {builder} file "
+                         f"({type(cause).__name__}: {first})") from None
+    if "text" not in dataset.column_names:
+        raise ValueError(f"{paths[0]} has no 'text' column (columns: {dataset.column_names})")
+    lines = _strip_line_breaks(dataset["text"])
+    _check_config_of_text(lines, config, paths)
+    return lines
+
+
+def _check_config_of_text(lines: list[str], config: str, paths: list[Path]) -> None:
+    """A file named ``<split>.txt`` or ``.parquet`` may hold either config's text: the tokenized ``-v1`` text has
+    ``<unk>`` for its rare words, the raw text never does. Refuse raw-v1 for text holding ``<unk>`` (a run would
+    record raw-v1 for v1 text). Raises: ValueError naming the file and both configs."""
+    if config == "wikitext-2-raw-v1" and any("<unk>" in line for line in lines):
+        raise ValueError(f"config='wikitext-2-raw-v1' (--wikitext-config) but {paths[0]} holds <unk> tokens: it is the "
+                         "tokenized wikitext-2-v1 text; use config 'wikitext-2-v1' (the default), or a folder of raw "
+                         "text (wiki.*.raw files)")
 
 
 def _strip_line_breaks(texts: Iterable[str | None]) -> list[str]:

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from spanviz.fp8.core import FORMATS, FP8_MAX
-from spanviz.validators import check_choice, check_float
+from spanviz.validators import check_choice, check_float, check_tensor
 
 CAST_OVERFLOW: dict[str, tuple[float, bool]] = {"e4m3": (464.0, False), "e5m2": (61440.0, True)}
 """Per format (threshold, tie overflows): where a non-saturating cast with round-to-nearest-even stops rounding
@@ -34,9 +34,10 @@ def fake_quantize(x: Tensor, scale: float | Tensor, fmt: str = "e4m3") -> Tensor
 
     Args: x: any shape; scale: s > 0 (float or tensor broadcastable to x); fmt: "e4m3" or "e5m2".
     Returns: float32 tensor shaped like x.
-    Raises: ValueError for an unknown format or a non-positive / non-finite scale.
+    Raises: ValueError for an unknown format or a non-positive / non-finite scale, or x not a floating-point tensor.
     """
     fmax = FP8_MAX[check_choice("fmt", fmt, FORMATS)]
+    check_tensor("x", x, nonempty=False)  # dtype and device only: NaN entries are allowed (and kept / not counted)
     _check_scale(scale)
     # x̃ = fp8((x·s).clamp(±fmax)) / s
     y = (_wide(x) * scale).clamp(-fmax, fmax).to(FORMATS[fmt]).float()
@@ -67,9 +68,10 @@ def count_overflow(
     Args: x: any shape; scale: s > 0; fmt: "e4m3" or "e5m2"; mask: optional bool tensor broadcastable to
         x, True where entries count (e.g. allowed attention pairs); count: "cast" or "range".
     Returns: int.
-    Raises: ValueError for an unknown format or count, or a bad scale.
+    Raises: ValueError for an unknown format or count, a bad scale, or x not a floating-point tensor.
     """
     fmax = FP8_MAX[check_choice("fmt", fmt, FORMATS)]
+    check_tensor("x", x, nonempty=False)  # dtype and device only: NaN entries are allowed (and kept / not counted)
     _check_scale(scale)
     check_choice("count", count, OVERFLOW_COUNTS)
     scaled = (_wide(x) * scale).abs()  # |x·s|, same shape as x

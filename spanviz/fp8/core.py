@@ -28,7 +28,7 @@ import math
 import torch
 from torch import Tensor
 
-from spanviz.validators import check_choice, check_float, check_int
+from spanviz.validators import check_bool, check_choice, check_float, check_int, check_scalar, check_tensor
 
 FORMATS: dict[str, torch.dtype] = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 FP8_MAX: dict[str, float] = {name: float(torch.finfo(dtype).max) for name, dtype in FORMATS.items()}
@@ -45,12 +45,15 @@ def check_qk(W_Q: Tensor, W_K: Tensor) -> tuple[Tensor, Tensor]:
     as (n_head, d_model, d_head) in fp64 if W_Q is fp64, else fp32. n_kv_head = n_head (TinyGPT) is plain
     multi-head attention; under grouped-query attention (n_kv_head divides n_head) query head h uses KV head
     h // (n_head / n_kv_head), and W_K is repeated to the query heads here (a copy, only in that case).
-    Raises: ValueError on wrong ranks or shapes, or when n_kv_head does not divide n_head.
+    Raises: ValueError on wrong ranks or shapes, when n_kv_head does not divide n_head, or for a W that is not a
+        finite, non-empty floating-point tensor (integer, complex, float8, NaN/inf, meta) or not on W_Q's device.
     """
     for name, W, heads in (("W_Q", W_Q, "n_head"), ("W_K", W_K, "n_kv_head")):
         if not isinstance(W, Tensor) or W.dim() != 3:
             got = getattr(W, "shape", W)
             raise ValueError(f"{name} must be a tensor ({heads}, d_model, d_head), got shape {got}")
+        # weights, read once per probe (not per training step): the finiteness pass is affordable here
+        check_tensor(name, W, finite=True, device=W_Q.device)
     H, d, dh = W_Q.shape
     H_kv = W_K.shape[0]
     if W_K.shape[1:] != (d, dh):
@@ -238,7 +241,7 @@ def logit_bounds(sigma: float | Tensor, d: int, d_head: int, *, r: int | None = 
     check_int("d_head", d_head, 1)
     check_int("d", d, 1)
     r = check_int("r", d_head if r is None else r, 1, min(d_head, d))
-    sigma = check_float("sigma", float(sigma), 0.0)
+    sigma = check_scalar("sigma", sigma, 0.0)
     rho2 = check_float("rho2", float(d) if rho2 is None else rho2, 0.0, low_open=True)
     check_int("n_pairs", n_pairs, 1)
     check_int("n_keys", n_keys, 1)
@@ -265,12 +268,18 @@ def scale_from_bound(bound: float | Tensor, *, margin: float = 0.0, fmt: str = "
     """
     fmax = FP8_MAX[check_choice("fmt", fmt, FORMATS)]
     margin = check_float("margin", margin, 0.0)
-    return _scale(check_float("bound", float(bound), 0.0), margin, fmax, power_of_two)
+    check_bool("power_of_two", power_of_two)
+    return _scale(check_scalar("bound", bound, 0.0), margin, fmax, power_of_two)
 
 
 def _scale(bound: float, margin: float, fmax: float, power_of_two: bool) -> float:
     if bound == 0.0:
         return 1.0
+    # log₂ s = log₂ fmax − margin − log₂ B: checked in the log domain, where neither 2^margin nor fmax / B overflows
+    log2_scale = math.log2(fmax) - margin - math.log2(bound)
+    if not -1022.0 <= log2_scale <= 1023.0:  # float64's normal range: s would round to 0 or inf (or lose digits)
+        raise ValueError(f"the scale s = fmax / (2^margin · B) = 2^{log2_scale:.4g} is outside float64's range "
+                         f"(bound B={bound!r}, margin={margin!r}, fmax={fmax:g}): no FP8 scale maps this bound")
     # s = fmax / (2^margin · B), fmax = 448 for E4M3
     scale = fmax / (2.0**margin * bound)
     if power_of_two:
@@ -293,7 +302,8 @@ def geometry_scale(sigma: float, d_head: int, rho2: float, alpha: float = 1.0, *
     fmax = FP8_MAX[check_choice("fmt", fmt, FORMATS)]
     alpha = check_float("alpha", alpha, 0.0, 1.0, low_open=True)
     margin = check_float("margin", margin, 0.0)
-    sigma = check_float("sigma", float(sigma), 0.0)
+    check_bool("power_of_two", power_of_two)
+    sigma = check_scalar("sigma", sigma, 0.0)
     check_int("d_head", d_head, 1)
     rho2 = check_float("rho2", rho2, 0.0, low_open=True)
     # B = α · B_wc = α ρ² σ / √d_head

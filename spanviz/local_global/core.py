@@ -39,7 +39,7 @@ import torch
 from torch import Tensor
 from torch.nn.attention.flex_attention import and_masks, create_block_mask, create_mask, or_masks
 
-from spanviz.validators import check_int
+from spanviz.validators import check_device, check_int
 
 MaskMod = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 """``mask_mod(b, h, q_idx, kv_idx) -> bool tensor``, True where key kv_idx may be attended from query q_idx."""
@@ -93,12 +93,13 @@ def generate_local_global(n_local: int, window: int) -> MaskMod:
     return mask_mod
 
 
-def head_mask_mod(n_local: int = 0, window: int | None = None) -> MaskMod:
+def head_mask_mod(n_local: int | None = None, window: int | None = None) -> MaskMod:
     """Mask predicate for heads ``h < n_local`` local (window p = ``window``) and the rest global.
 
     Args:
         n_local: number of local heads (>= 0). 0 gives a plain causal mask for every head (``window`` is
-            then ignored).
+            then ignored). None (the default) is 0 when ``window`` is None too; a ``window`` without ``n_local``
+            is refused (it would silently give the causal mask).
         window: p >= 1 keys including the token itself: allowed(i, j) ⇔ 0 <= i − j < p on local heads;
             required when n_local > 0. p >= T makes a local head identical to a global one; p = 1 lets a
             local head see only itself.
@@ -107,10 +108,14 @@ def head_mask_mod(n_local: int = 0, window: int | None = None) -> MaskMod:
         ``torch.nn.attention.flex_attention.create_mask`` / ``create_block_mask``. Equal arguments return
         the same function object, with attributes ``n_local`` and ``window``.
     Raises:
-        ValueError: n_local not an integer >= 0, or window missing / not an integer >= 1 while n_local > 0.
+        ValueError: n_local not an integer >= 0, or window missing / not an integer >= 1 while n_local > 0, or
+            window given without n_local.
     Source: arXiv 2505.15548 (local + global heads); window convention: spanviz.
     """
-    n_local = check_int("n_local", n_local, 0)
+    if n_local is None and window is not None:
+        raise ValueError(f"n_local must be given with window={window!r} (the number of local heads, >= 1; "
+                         "n_local=0 means every head global, the window then unused), got n_local=None")
+    n_local = check_int("n_local", 0 if n_local is None else n_local, 0)
     if n_local == 0:
         return causal_mask
     if window is None:
@@ -148,12 +153,23 @@ def dense_mask(mask_mod: MaskMod, n_head: int, T: int, device: torch.device | st
     Returns:
         bool tensor (H, T, T), True = key may be attended (a fresh tensor; callers may cache it).
     Raises:
-        ValueError: n_head or T not an integer >= 1.
+        ValueError: n_head or T not an integer >= 1, n_head·T² above :data:`MAX_MASK_ELEMENTS`, mask_mod not
+            callable, or a device that is not available here.
     """
+    if not callable(mask_mod):
+        raise ValueError(f"mask_mod must be a mask predicate (b, h, q_idx, kv_idx) -> bool, e.g. head_mask_mod(...), "
+                         f"got {mask_mod!r}")
     check_int("n_head", n_head, 1)
     check_int("T", T, 1)
+    if n_head * T * T > MAX_MASK_ELEMENTS:
+        raise ValueError(f"n_head·T² = {n_head}·{T}² is more than the {MAX_MASK_ELEMENTS:.1e} mask entries a dense "
+                         "mask may hold; lower T or n_head (long contexts use block_mask)")
+    device = check_device("device", device)
     return create_mask(mask_mod, 1, n_head, T, T, device=device)[0]  # (1, H, T, T) -> (H, T, T)
 
+
+MAX_MASK_ELEMENTS = 2**32
+"""Largest n_head·T² of a dense mask (4 GiB of bools; T = 32768 for one head)."""
 
 # Caches keyed by the predicate's identity (weakly: a dropped predicate drops its masks), then (H, T, device[,
 # dtype]); at most _CACHE_PER_MOD entries per predicate (oldest dropped), so sliding T in a notebook cannot pile

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from spanviz.contexts import eval_mode
-from spanviz.validators import check_bool, check_int
+from spanviz.validators import check_bool, check_int, check_tensor
 
 
 def _check_tokens(x: Any, model: nn.Module) -> None:
@@ -23,6 +23,13 @@ def _check_tokens(x: Any, model: nn.Module) -> None:
         raise ValueError(f"x must be a (B, T) tensor of token ids (torch.long), got {desc}")
     if not hasattr(model, "blocks") or not hasattr(model, "hooks"):
         raise ValueError(f"model must be a spanviz TinyGPT, got {type(model).__name__}")
+    check_tensor("x", x, kind="integer")
+    vocab_size = getattr(getattr(model, "cfg", None), "vocab_size", None)
+    if vocab_size is not None:  # a probe reads its results back anyway: the range check's synchronisation is free
+        low, high = int(x.min()), int(x.max())
+        if low < 0 or high >= vocab_size:
+            raise ValueError(f"x must hold token ids in [0, {vocab_size}) (the model's vocab_size), "
+                             f"got {low if low < 0 else high}")
 
 
 @torch.no_grad()

@@ -38,6 +38,8 @@ PRESET_SLOTS: Mapping[str, tuple[tuple[str, str], ...]] = {
 PRESETS = tuple(PRESET_SLOTS)
 CUSTOM = "custom"
 """``SpanConfig.preset`` of a user-given slot list."""
+AUTO = "auto"
+"""``SpanConfig.preset``'s default: the preset that the slots are (``kv8`` without slots), else ``custom``."""
 DEFAULT_RIDGE = 1e-6
 MAX_SLOTS = 6  # 64 blocks; more is allowed by the math but useless for teaching and slow.
 
@@ -79,7 +81,7 @@ def parse_alphas(spec: str | Sequence[float], field: str = "alphas") -> tuple[fl
             if any(isinstance(a, bool) or not isinstance(a, (numbers.Real, str)) for a in items):
                 raise ValueError
             values = tuple(float(a) + 0.0 for a in items)
-        except ValueError:
+        except (ValueError, OverflowError):  # OverflowError: an int beyond float's range (10**400)
             raise ValueError(f"{field} must contain real numbers, got {spec!r}") from None
     else:
         raise ValueError(f"{field} must be a digit string like '1000' or a sequence of numbers, got {spec!r}")
@@ -134,8 +136,9 @@ class SpanConfig:
         alphas: α per order, α0 first. A digit string as in the paper ("1000", "[1110]") or numbers.
             Length max(4, n_slots + 1) (4 for every preset; entries above the last order are unused, e.g.
             α3 for ``qk4``). Finite; negative values are allowed but leave the paper's setting.
-        preset: "kv8" (default), "qkv8", "qk4", or "custom" for a user slot list; None = the preset whose
-            slots equal ``slots``, else "custom" ("kv8" when ``slots`` is None too). "custom" with a preset's
+        preset: "kv8", "qkv8", "qk4", or "custom" for a user slot list; "auto" (the default) = the preset whose
+            slots equal ``slots``, else "custom" ("kv8" when ``slots`` is None too). None is refused: a model
+            without span scaling takes ``GPTConfig(spans=None)``, not a SpanConfig. "custom" with a preset's
             slots is allowed (for qk4 slots it uses the explicit score path instead of the closed form).
         slots: the decomposition as (side, basis) pairs, side ∈ {"left", "right"}, basis ∈ {"Q", "K", "V"},
             1 to 6 slots; None = the preset's. Given together with a named preset, they must agree.
@@ -151,7 +154,7 @@ class SpanConfig:
     """
 
     alphas: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0)
-    preset: str | None = None
+    preset: str = AUTO
     slots: tuple[Slot, ...] | None = None
     layers: tuple[int, ...] | None = None
     block_alphas: tuple[float, ...] | None = None
@@ -159,16 +162,19 @@ class SpanConfig:
 
     def __post_init__(self) -> None:
         # preset and slots
-        check_choice("preset", self.preset, PRESETS + (CUSTOM, None))
+        if self.preset is None:
+            raise ValueError("preset must be one of 'auto', 'kv8', 'qkv8', 'qk4', 'custom', got None (no span scaling "
+                             "is GPTConfig(spans=None), not a SpanConfig; the default 'auto' follows slots, else kv8)")
+        check_choice("preset", self.preset, PRESETS + (CUSTOM, AUTO))
         if self.slots is None:
             if self.preset == CUSTOM:
                 raise ValueError("slots must be given when preset='custom', got slots=None")
-            preset = self.preset or "kv8"
+            preset = "kv8" if self.preset == AUTO else self.preset
             slots = PRESET_SLOTS[preset]
         else:
             slots = _parse_slots(self.slots)
             named = [name for name, preset_slots in PRESET_SLOTS.items() if preset_slots == slots]
-            preset = self.preset or (named[0] if named else CUSTOM)
+            preset = self.preset if self.preset != AUTO else (named[0] if named else CUSTOM)
             if preset != CUSTOM and slots != PRESET_SLOTS[preset]:
                 raise ValueError(
                     f"slots {[list(s) for s in slots]} disagree with preset={preset!r} "

@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 
 from spanviz.spans.config import DEFAULT_RIDGE, Slot, SpanConfig, block_bits, resolve_ridge, resolve_slots
-from spanviz.validators import check_choice
+from spanviz.validators import check_choice, check_tensor
 
 logger = logging.getLogger(__name__)
 
@@ -62,11 +62,16 @@ def no_autocast(device: torch.device) -> torch.autocast:
     return torch.autocast(device_type=device.type, enabled=False)
 
 
-def _check_qkv(dS: Tensor, q: Tensor, k: Tensor, v: Tensor) -> None:
-    """Raise ``ValueError`` unless dS is (..., T, T) and q, k, v are (..., T, d_head) with dS's leading dims."""
-    for name, t in (("dS", dS), ("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, Tensor) or t.dim() < 2:
-            raise ValueError(f"{name} must be a tensor with at least 2 dims (..., T, ·), got {type(t).__name__}")
+def _check_qkv(dS: Tensor, q: Tensor, k: Tensor, v: Tensor, *, finite: bool) -> None:
+    """Raise ``ValueError`` unless dS is (..., T, T) and q, k, v are (..., T, d_head) with dS's leading dims, all
+    floating point (float16/bfloat16/float32/float64), non-empty, on dS's device, and — when ``finite`` — finite.
+
+    ``finite`` costs a pass over each tensor and, on a GPU, a synchronisation: :func:`decompose` (a public door,
+    called per figure) checks it; :func:`scale_score_grad` runs inside every training backward pass, where a
+    non-finite gradient is the training guards' business (they stop the run), so it does not."""
+    check_tensor("dS", dS, min_ndim=2, finite=finite)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_tensor(name, t, min_ndim=2, finite=finite, device=dS.device)
     T = dS.shape[-1]
     if dS.shape[-2] != T:
         raise ValueError(f"dS must have shape (..., T, T), got {tuple(dS.shape)}")
@@ -192,12 +197,13 @@ def decompose(
         (2ⁿ, ..., T, T) in dS's dtype (computed in float32 or float64); ``out.sum(0)`` equals dS up to
         rounding (the complements are M − ΠM).
     Raises:
-        ValueError: bad shapes, preset or slots.
+        ValueError: naming the argument: bad shapes, preset or slots; a tensor that is not floating point
+            (integer, bool, complex, float8), empty, non-finite, on the meta device or not on dS's device.
     Source: spanviz reconstruction (module docstring).
     """
     slots = resolve_slots(decomposition)
     ridge = resolve_ridge(decomposition, ridge)
-    _check_qkv(dS, q, k, v)
+    _check_qkv(dS, q, k, v, finite=True)
     with torch.no_grad(), no_autocast(dS.device):
         dS32 = dS.detach().to(compute_dtype(dS.dtype))
         blocks = _all_blocks(dS32, _slot_ops(slots, _projectors(slots, q, k, v, ridge, dS32.dtype)))
@@ -242,7 +248,7 @@ def scale_score_grad(
     if not isinstance(cfg, SpanConfig):
         raise ValueError(f"cfg must be a SpanConfig or None, got {type(cfg).__name__}")
     check_choice("method", method, METHODS)
-    _check_qkv(dS, q, k, v)
+    _check_qkv(dS, q, k, v, finite=False)
     return _score_transform(cfg, method, dS, q, k, v)
 
 

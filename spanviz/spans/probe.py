@@ -25,7 +25,7 @@ from spanviz.spans.config import (
 )
 from spanviz.spans.core import decompose
 from spanviz.spans.fused import ScoreGradFn, build_grad_fns
-from spanviz.validators import check_bool, check_int
+from spanviz.validators import check_bool, check_int, check_tensor
 
 
 # ------------------------------------------------------------------------- span geometry (tensors only)
@@ -60,9 +60,11 @@ def principal_angle_cosines(X: Tensor, Y: Tensor) -> Tensor:
         bases from reduced QR (assumes full column rank; with T <= d both spans are R^T and all cosines 1).
         Angles in radians: ``torch.arccos(cos.clamp(-1, 1))``.
     Raises:
-        ValueError: mismatched shapes.
+        ValueError: mismatched shapes; X or Y not a finite, non-empty floating-point tensor, or on another device.
     Source: Björck & Golub (1973), the standard method.
     """
+    check_tensor("X", X, min_ndim=2, finite=True)
+    check_tensor("Y", Y, min_ndim=2, finite=True, device=X.device)
     if X.dim() < 2 or Y.dim() < 2 or X.shape[:-1] != Y.shape[:-1]:
         raise ValueError(
             f"X and Y must have shapes (..., T, d_x) and (..., T, d_y), got {tuple(X.shape)} and {tuple(Y.shape)}"

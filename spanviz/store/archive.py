@@ -290,7 +290,7 @@ def read_manifest(archive: zipfile.ZipFile, path: Path) -> tuple[list[str], dict
 
 def archived_record(archive: zipfile.ZipFile, key: str) -> RunRecord:
     """One checked run of an archive (ValueError naming what is wrong)."""
-    if not KEY_RE.match(key):
+    if not KEY_RE.fullmatch(key):
         raise ValueError(f"key {key[:80]!r} is not 64 lowercase hex digits")
     name = f"runs/{key}.json"
     try:

@@ -36,7 +36,7 @@ logger = logging.getLogger("spanviz.store")
 
 STORABLE = ("finished", "diverged")
 """Statuses :meth:`ResultsStore.put` accepts."""
-KEY_RE = re.compile(r"^[0-9a-f]{64}$")
+KEY_RE = re.compile(r"[0-9a-f]{64}")  # use with fullmatch: "$" also matches before a final newline
 """A store key: 64 lowercase hex digits."""
 
 
@@ -155,6 +155,6 @@ def read_replay_index(root: Path) -> dict[str, list[str]]:
     folder = root / REPLAY_INDEX
     for name in os.listdir(folder) if folder.is_dir() else []:
         replay, _, key = name.partition("-")
-        if KEY_RE.match(replay) and KEY_RE.match(key):
+        if KEY_RE.fullmatch(replay) and KEY_RE.fullmatch(key):
             index.setdefault(replay, []).append(key)
     return index

@@ -12,9 +12,12 @@ text; else its own, fitted again here on its split and checked by the text's sha
 from __future__ import annotations
 
 import logging
+import math
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +96,25 @@ class Found:
     vocabulary: RunVocabulary | None = None
 
 
+FUTURE_SLACK_S = 86_400.0
+"""How far after this machine's clock a run's start may lie (clocks of other machines differ) [s]."""
+
+
+def start_time(record: RunRecord) -> float:
+    """When the run started, as a POSIX time from its ``environment.started_utc`` (ISO 8601, as spanviz writes it);
+    ``-inf`` when it is missing, not a timestamp, without a time zone, or later than now (+ a day): the text comes
+    from a file, and a forged "9999-…" must not win the latest-start preference of :meth:`ReplayLookup.find`."""
+    started = record.environment.get("started_utc") if isinstance(record.environment, Mapping) else None
+    try:
+        when = datetime.fromisoformat(started) if isinstance(started, str) and len(started) <= 64 else None
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        return -math.inf
+    seconds = when.timestamp()
+    return seconds if seconds <= time.time() + FUTURE_SLACK_S else -math.inf
+
+
 class ReplayLookup:
     """The replay look-ups of :class:`~spanviz.store.results.ResultsStore` (which provides ``root``, ``get``,
     ``load``, ``list``, ``has_weights`` and ``weights``)."""
@@ -105,7 +127,8 @@ class ReplayLookup:
         another split, other text), with what differs; None when there is neither.
 
         Among several runs of other data, the one with the same vocabulary wins (its weights may be shown), then the
-        same splits, then the latest start. The notebooks'
+        same splits, then the latest start (:func:`start_time`: a start that is no timestamp or lies in the future
+        counts as the earliest). The notebooks'
         panels use this, so the workshop bundle (trained on the offline copy's validation split) replays where
         the data has its train split; sweeps use :meth:`get`, the exact configuration only. Every candidate is
         read with :meth:`load` (within its limits; a damaged one is passed over).
@@ -130,11 +153,10 @@ class ReplayLookup:
             return None
         splits = _splits(config)
 
-        def preference(item: tuple[str, RunRecord]) -> tuple[bool, bool, str, str]:
+        def preference(item: tuple[str, RunRecord]) -> tuple[bool, bool, float, str]:
             stored = item[1]
-            started = stored.environment.get("started_utc")
             return (same_vocabulary(stored.config, config), _splits(stored.config) == splits,
-                    started if isinstance(started, str) else "", item[0])
+                    start_time(stored), item[0])
 
         other, stored = max(candidates, key=preference)
         return Found(other, stored, exact=False, differences=data_differences(stored.config, config),

@@ -65,7 +65,7 @@ class FP8Panel(Panel):
         static: bool | None = None,
         refresh_hz: float = 4.0,
     ) -> None:
-        super().__init__(model_cfg, train_cfg, static)
+        super().__init__(model_cfg, train_cfg, static, store=store)
         cfg = self.model_cfg
         dh = cfg.d_head
         self.bounds = BoundsVsRank(cfg.d_model, dh, cfg.context_length, threads=ANALYTIC_THREADS)

@@ -66,7 +66,8 @@ class LocalGlobalPanel(Panel):
         refresh_hz: float = 4.0,
     ) -> None:
         super().__init__(model_cfg, train_cfg, static, default_model=GPTConfig(
-            vocab_size=8192, context_length=128, n_layer=2, n_head=4, d_model=128))
+            vocab_size=8192, context_length=128, n_layer=2, n_head=4, d_model=128), store=store,
+            probe_every=probe_every)
         self.probe_every = probe_every
         H = self.model_cfg.n_head
         c = self.controls

@@ -17,7 +17,8 @@ from spanviz.train import TrainConfig
 from spanviz.widgets.defaults import Defaults
 from spanviz.widgets.figures import FigureView, use_static
 from spanviz.widgets.specs import LiveView, RunSpec, default_train_cfg
-from spanviz.widgets.training import TrainingPanel
+from spanviz.validators import check_int
+from spanviz.widgets.training import TrainingPanel, check_store
 
 ANALYTIC_THREADS = 1
 """torch intra-op threads and numpy BLAS threads for the panels' analytic views (decompositions, masks, bounds):
@@ -49,8 +50,28 @@ DEFAULT_PANEL_MODEL = GPTConfig(vocab_size=8192, context_length=64, n_layer=2, n
 """The panels' model when none is given: the notebook size (d_head 32 < T 64, so spans are non-trivial)."""
 
 
+def check_panel_args(model_cfg: Any, train_cfg: Any, store: Any, probe_every: Any) -> None:
+    """A panel's arguments, checked before anything is built (``model_cfg={}`` was read as the default model,
+    ``store='bogus'`` failed at the first Train, ``probe_every=0`` never probed).
+
+    Raises:
+        ValueError: ``model_cfg`` not a GPTConfig or None, ``train_cfg`` not a TrainConfig or None, ``store`` not
+            "auto", None or a results store (``find`` or ``get``, and ``put``), ``probe_every`` not an int >= 1.
+    """
+    for name, value, cls in (("model_cfg", model_cfg, GPTConfig), ("train_cfg", train_cfg, TrainConfig)):
+        if value is not None and not isinstance(value, cls):
+            raise ValueError(f"{name} must be a {cls.__name__} or None (the panel's default), got {value!r:.80}"
+                             f"{' — build one: ' + cls.__name__ + '(**d)' if isinstance(value, dict) else ''}")
+    check_store(store)
+    if probe_every is not None:
+        check_int("probe_every", probe_every, 1)
+
+
 class Panel:
     """A technique panel: controls and analytic views on top, a :class:`TrainingPanel` below.
+
+    Its arguments (``model_cfg``, ``train_cfg``, ``store``, ``probe_every``) are checked first, before anything is
+    built (:func:`check_panel_args`: ``ValueError`` naming the argument).
 
     A subclass builds its controls (``self.controls``) and analytic views (``self.views``), then calls
     :meth:`_attach_training` with its live views, implements :meth:`_specs` (the runs Train starts, read
@@ -76,8 +97,10 @@ class Panel:
     _widget: W.Box | None = None
 
     def __init__(self, model_cfg: GPTConfig | None, train_cfg: TrainConfig | None, static: bool | None,
-                 default_model: GPTConfig = DEFAULT_PANEL_MODEL) -> None:
-        self.model_cfg = model_cfg or default_model
+                 default_model: GPTConfig = DEFAULT_PANEL_MODEL, *, store: Any = "auto",
+                 probe_every: int | None = None) -> None:
+        check_panel_args(model_cfg, train_cfg, store, probe_every)
+        self.model_cfg = model_cfg if model_cfg is not None else default_model
         self._train_cfg = train_cfg
         self.static = use_static(static)
         self.controls: dict[str, W.Widget] = {}

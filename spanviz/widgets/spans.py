@@ -167,7 +167,7 @@ class SpansPanel(Panel):
         static: bool | None = None,
         refresh_hz: float = 4.0,
     ) -> None:
-        super().__init__(model_cfg, train_cfg, static)
+        super().__init__(model_cfg, train_cfg, static, store=store, probe_every=probe_every)
         self.grads = ScoreGradientViews(self.model_cfg, batch, seed=seed, threads=ANALYTIC_THREADS)
         self.model, self.batch, self.captures = self.grads.model, self.grads.batch, self.grads.captures
         c = self.controls

@@ -19,6 +19,7 @@ from spanviz.runner import Job, Runner, TrainerLike
 from spanviz.store.bundle import replay_note
 from spanviz.store.results import Found
 from spanviz.train import Trainer
+from spanviz.train.config import count_parameters
 from spanviz.train.record import describe_probe, run_config
 from spanviz.widgets import kernel_runs
 from spanviz.widgets.eta import StepRate, time_left
@@ -30,7 +31,18 @@ from spanviz.widgets.specs import LOSS_VIEW, TRAIN_THREADS, History, LiveView, R
 logger = logging.getLogger(__name__)
 
 
+def check_store(store: Any) -> None:
+    """Raise ``ValueError`` unless ``store`` is "auto", None, or a results store (``find`` or ``get``, and ``put``)."""
+    if isinstance(store, str) and store == "auto" or store is None:
+        return
+    if not (callable(getattr(store, "put", None)) and (callable(getattr(store, "find", None))
+                                                      or callable(getattr(store, "get", None)))):
+        raise ValueError(f"store must be 'auto' (the default results store), None (no store) or a ResultsStore, got "
+                         f"{store!r:.80}")
+
+
 def _resolve_store(store: Any) -> Any:
+    check_store(store)
     return default_store() if isinstance(store, str) and store == "auto" else store
 
 
@@ -192,6 +204,10 @@ class TrainingPanel:
                     else:
                         self.store.put(trainer.record)
             jobs.append(Job(spec.label, steps=spec.train_cfg.steps, make_trainer=make, on_complete=on_complete))
+        trained = [spec for spec, job in zip(specs, jobs) if job.replay is None]
+        if trained and callable(getattr(self.store, "check_room", None)):  # a full store found now, not after training
+            self.store.check_room([s.train_cfg.steps for s in trained],
+                                  sum(2 * count_parameters(s.model_cfg) for s in trained) if self.keep_weights else 0)
         return jobs
 
     def replayed_model(self, label: str) -> TinyGPT | None:

@@ -11,6 +11,7 @@ icons come from the copy bundled with Voilà — listed, not hidden).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -53,17 +54,20 @@ def voila(chromium: str, spanviz_home: dict[str, str], tmp_path_factory: pytest.
         while True:
             if proc.poll() is not None:
                 raise AssertionError(f"lab.sh voila exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+            # Voilà runs behind the token it prints, as JupyterLab does (issue 39 finding 11)
+            found = re.search(rf"http://localhost:{port}/\?token=([0-9a-f]+)", log.read_text())
             try:
-                with urllib.request.urlopen(f"{url}/", timeout=5) as answer:
-                    if answer.status == 200:
-                        break
+                if found:
+                    with urllib.request.urlopen(f"{url}/?token={found.group(1)}", timeout=5) as answer:
+                        if answer.status == 200:
+                            token = found.group(1)
+                            break
             except OSError:
                 pass
             if time.monotonic() > deadline:
                 raise AssertionError(f"lab.sh voila did not answer in 600 s:\n{log.read_text()[-3000:]}")
             time.sleep(0.5)
-        assert f"http://localhost:{port}/" in log.read_text(), "lab.sh voila does not print its address"
-        yield {"url": url, "log": log}
+        yield {"url": url, "log": log, "token": token}
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # lab.sh exec's voila: this is the server (and its kernels)
         try:
@@ -82,12 +86,13 @@ class VoilaPage(Lab):
 
     def __init__(self, context, server: dict) -> None:
         super().__init__(context, {"url": server["url"]})
+        self.token = server["token"]
         self.outside: list[str] = []  # what the page asked of another machine (a CDN): offline, an error each
         self.page.on("request", lambda r: None if r.url.startswith((self.url, "data:", "blob:"))
                      else self.outside.append(r.url))
 
     def open(self, notebook: str) -> None:
-        self.page.goto(f"{self.url}/voila/render/{notebook}")
+        self.page.goto(f"{self.url}/voila/render/{notebook}?token={self.token}")  # the token's cookie for the rest
         self.opened.append(notebook)
 
     def code_on_page(self) -> int:
