@@ -1,4 +1,6 @@
-"""Issue 39's attack, findings 12 and 13 (finding 10: ``test_stranger_inputs.py``; finding 11: ``test_lab_script.py``).
+"""Checked before any work: a full results store before training, the workshop bundle script's counts, the data
+config against the text, a read-only home, bench's data folder, the panels' arguments, a forged start time
+(the public API's tensor doors: ``test_stranger_inputs.py``; Voilà's token: ``test_lab_script.py``).
 
 Each test names the finding; the issue's exact input first, then inputs of our own. A clean error is a
 ``ValueError`` naming the field, the value and what is allowed (for the command line: one line
