@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_cli import SPLITS, TINY_MODEL  # noqa: E402
-from test_cli_attack import cli  # noqa: E402
+from test_cli_bad_input import cli  # noqa: E402
 
 Usage = namedtuple("Usage", "total used free")
 
