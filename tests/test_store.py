@@ -6,6 +6,7 @@ import copy
 import hashlib
 import json
 import math
+import re
 import zipfile
 from pathlib import Path
 
@@ -183,8 +184,11 @@ def test_export_import_round_trip_into_a_fresh_root(tmp_path):
     student = ResultsStore(tmp_path / "laptop")
     assert sorted(student.import_(archive)) == sorted(keys)
     assert student.list() == instructor.list()
-    for key in keys:
-        assert student.load(key).to_dict() == instructor.load(key).to_dict()
+    for key in keys:  # the same run, plus where it came from (the archive's name, when it was imported)
+        theirs, mine = instructor.load(key).to_dict(), student.load(key).to_dict()
+        marks = {k: mine["environment"].pop(k) for k in ("imported_from", "imported_utc")}
+        assert mine == theirs and marks["imported_from"] == "runs.zip"
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", marks["imported_utc"])
     assert student.get(make_record(seed=2).config).config["train"]["seed"] == 2
     assert student.import_(archive) == []  # already there: kept
     assert sorted(student.import_(archive, overwrite=True)) == sorted(keys)

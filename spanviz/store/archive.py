@@ -166,13 +166,15 @@ class ImportReport:
         written: keys written into the store. kept: keys already in the store and kept (no ``overwrite``).
         rejected: ``(entry, reason)`` for each run that failed a check (nothing of it was written), and each
             weights file that did (its run was imported without it). about: the manifest's ``"about"`` notes
-            (how the archive was made), or {}.
+            (how the archive was made), or {}. records: key → the record now in the store, for every written and
+            kept key (read once, so a caller need not read the store again).
     """
 
     written: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
     rejected: list[tuple[str, str]] = field(default_factory=list)
     about: dict[str, Any] = field(default_factory=dict)
+    records: dict[str, Any] = field(default_factory=dict)
 
 
 @contextmanager

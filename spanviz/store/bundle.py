@@ -147,14 +147,8 @@ def load_bundle(path: str | os.PathLike[str] | None = None, store: ResultsStore 
     path = Path(BUNDLE if path is None else path)
     store = ResultsStore() if store is None else store
     report = store.import_report(path)
-    records, keys = [], []
-    for key in [*report.written, *report.kept]:  # the bundle's runs the store now holds, all readable
-        try:
-            records.append(store.load(key))
-        except (KeyError, ValueError) as error:  # removed or damaged meanwhile by another process
-            report.rejected.append((f"runs/{key}.json", str(error)))
-            continue
-        keys.append(key)
+    keys = [*report.written, *report.kept]  # the bundle's runs the store now holds, as the import read them
+    records = [report.records[key] for key in keys]
     info = describe_runs(records)
     summary = (f"{info['runs']} runs made on {', '.join(info['devices'])} with torch {', '.join(info['torch'])}, "
                f"{(info['first_utc'] or '?')[:10]}, trained/evaluated on {', '.join(info['data'])}: "

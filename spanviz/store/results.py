@@ -169,12 +169,17 @@ class ResultsStore(ReplayLookup):
         else:
             self.weights_path(key).unlink(missing_ok=True)
 
-    def _stored_status(self, key: str) -> str | None:
-        """The status of the readable entry of ``key``, or None (none, or damaged)."""
+    def _stored_record(self, key: str) -> RunRecord | None:
+        """The readable entry of ``key``, or None (none, or damaged)."""
         try:
-            return self.load(key).status
+            return self.load(key)
         except (KeyError, ValueError):
             return None
+
+    def _stored_status(self, key: str) -> str | None:
+        """The status of the readable entry of ``key``, or None (none, or damaged)."""
+        record = self._stored_record(key)
+        return None if record is None else record.status
 
     def check_room(self, steps: Iterable[int], weight_bytes: int = 0, what: str | None = None) -> None:
         """Make sure the store can take the records of runs of these step counts (and ``weight_bytes`` of weights):
@@ -347,8 +352,10 @@ class ResultsStore(ReplayLookup):
                 except ValueError as error:
                     report.rejected.append((f"runs/{key}.json", str(error)))
                     continue
-                if not overwrite and self._stored_status(key) is not None:
+                stored = None if overwrite else self._stored_record(key)
+                if stored is not None:
                     report.kept.append(key)
+                    report.records[key] = stored
                     continue
                 packed = None
                 if weights_ok:
@@ -362,6 +369,7 @@ class ResultsStore(ReplayLookup):
                                       "imported_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
                 self._write(key, record, record_payload(record, f"runs/{key}.json"), packed)
                 report.written.append(key)
+                report.records[key] = record
         return report
 
 
