@@ -281,7 +281,7 @@ class Attention(nn.Module):
 
     def needs_explicit(self, grad_enabled: bool) -> bool:
         """True when this call must go through the explicit path (hooks, forced backend, a score transform
-        without a fast path or with attention dropout while training: the fast path recomputes P in backward)."""
+        without a fused backward or with attention dropout while training: the fused backward recomputes P)."""
         fast = hasattr(self.score_grad_fn, "attention") and not (self.training and self.dropout > 0)
         if self.backend == "explicit" or self.softcap is not None or (
                 self.score_grad_fn is not None and grad_enabled and not fast):
@@ -320,7 +320,7 @@ class Attention(nn.Module):
         self.max_logit_seen = None
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """The fused attention of this layer without dropout (the forward of a score transform's fast path)."""
+        """The fused attention of this layer without dropout (the forward of a score transform's fused backward)."""
         return fused_attention(q, k, v, self.mask_mod, backend=self.backend)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -343,7 +343,7 @@ class Attention(nn.Module):
             y = explicit_attention(q, k, v, self.mask_mod, hook_scores=self.hook_attn_scores,
                                    hook_pattern=self.hook_pattern, score_grad_fn=self.score_grad_fn,
                                    dropout=self.attn_drop, softcap=self.softcap)  # (B, H, T, d_head)
-        elif self.score_grad_fn is not None and grad_enabled:  # the same transform's fast path: fused forward
+        elif self.score_grad_fn is not None and grad_enabled:  # the same transform's fused backward: fused forward
             mask = additive_mask(self.mask_mod, H, T, q.device, torch.float32)  # (H, T, T), for the backward
             y = self.score_grad_fn.attention(q, k, v, self._attend, mask)  # (B, H, T, d_head)
         else:  # efficient attention using fused kernels

@@ -156,7 +156,7 @@ def test_kv8_transform_under_bf16_autocast_computes_in_fp32_from_detached_inputs
 
 @pytest.mark.parametrize("preset", ["kv8", "qkv8", "qk4"])
 def test_fast_path_trains_under_bf16_without_host_syncs_and_matches_the_definition(preset):
-    """The kv8/qkv8 fast path (fused forward, transform in the backward) and the chunked loss: no host
+    """The kv8/qkv8 fused backward (fused forward, transform in the backward) and the chunked loss: no host
     synchronisation in forward + backward (CUDA's sync debug mode raises on one), and gradients close to the
     definition (the explicit path) at bf16 tolerance."""
     base = GPTConfig(vocab_size=97, context_length=256, n_layer=2, n_head=2, d_model=128,

@@ -275,7 +275,8 @@ def test_qk4_closed_form_at_ones_is_exact():
     grad, x = torch.randn(2, 2, 20, 4, generator=g), torch.randn(2, 2, 20, 4, generator=g)
     out = spans.core.scale_qk_grad(grad, x, SpanConfig(alphas="1111", preset="qk4"))  # shortcut: α0 == α1
     assert torch.equal(out, grad)
-    near = spans.core._qk_transform(1.0, 1.0 - 1e-12, 1e-6, grad, x)  # forces the projector path
+    near = spans.core.qk_transform(1.0, 1.0 - 1e-12, grad,  # forces the projector path
+                                   lambda g: spans.core.SpanProjector(x, 1e-6, g.dtype).left(g))
     torch.testing.assert_close(near, grad, rtol=1e-6, atol=1e-7)
 
 
@@ -373,7 +374,7 @@ def test_qk4_alpha2_changes_nothing_in_model():
 @pytest.mark.parametrize("alphas", ["1111", "1000", "1100", [0.3, -1.0, 2.0, 0.0]])
 def test_forward_identical_for_every_alpha(preset, alphas, explicit_baseline, fused_baseline):
     logits, loss, _ = grads_of(make_model(SpanConfig(alphas=alphas, preset=preset)), tiny_batch())
-    # Every preset trains on the fused forward (kv8 and qkv8 through their fast path): bit-identical to plain
+    # Every preset trains on the fused forward (kv8 and qkv8 through their fused backward): bit-identical to plain
     assert torch.equal(logits, fused_baseline[0]) and torch.equal(loss, fused_baseline[1])
     torch.testing.assert_close(logits, explicit_baseline[0])  # and the two paths agree to fp32 tolerance
 
@@ -430,10 +431,10 @@ def test_masked_fill_placement_would_differ():
     assert diff > 0.1 * expected.abs().max()
 
 
-# ------------------------------------------------------- the fast path: same gradients, no T×T tensor kept
+# --------------------------------------------------- the fused backward: same gradients, no T×T tensor kept
 
 def _definition_attention(q, k, v, cfg, mask):
-    """The explicit path with the transform as a hook on ∂L/∂S — the definition the fast path must equal."""
+    """The explicit path with the transform as a hook on ∂L/∂S — the definition the fused backward must equal."""
     S = q @ k.mT / math.sqrt(q.shape[-1])
     S.register_hook(lambda g: spans.scale_score_grad(g, q.detach(), k.detach(), v.detach(), cfg, method="blocks"))
     return torch.softmax(S + mask, -1) @ v
@@ -451,7 +452,7 @@ FAST_PATH_CONFIGS = (
 
 @pytest.mark.parametrize("cfg", FAST_PATH_CONFIGS, ids=lambda c: f"{c.label()} {c.slots}")
 def test_fast_path_gradients_equal_the_definition(cfg, monkeypatch):
-    """float64, 4 batch tiles × 3 row tiles: dQ, dK, dV of the fused fast path equal the explicit hook's."""
+    """float64, 4 batch tiles × 3 row tiles: dQ, dK, dV of the fused backward equal the explicit hook's."""
     from spanviz.spans import fused
 
     monkeypatch.setattr(fused, "CHUNK_ELEMENTS", {"cpu": 3 * 16 * 40, "default": 3 * 16 * 40})
@@ -470,7 +471,7 @@ def test_fast_path_gradients_equal_the_definition(cfg, monkeypatch):
 
 @pytest.mark.parametrize("side", spans.core.QK_SIDES)
 def test_qk4_training_hook_equals_the_closed_form_definition(side):
-    """What the model installs for qk4 (the fast path's sync-free projector) equals scale_qk_grad."""
+    """What the model installs for qk4 (the fused backward's sync-free projector) equals scale_qk_grad."""
     from spanviz.spans import fused
 
     cfg = SpanConfig(alphas=[1.0, 0.3, 0.0, 0.0], preset="qk4")
@@ -479,13 +480,14 @@ def test_qk4_training_hook_equals_the_closed_form_definition(side):
     want = spans.core.scale_qk_grad(grad, x, cfg, side)
     _, qk_grad_fn = spans.fused.build_grad_fns(cfg)
     torch.testing.assert_close(qk_grad_fn(grad, x, side), want, rtol=1e-10, atol=1e-12)
-    torch.testing.assert_close(fused.qk_transform(1.0, 0.3, cfg.ridge, grad, torch.zeros_like(x)), 0.3 * grad)  # X = 0
+    zero = fused._projector(torch.zeros_like(x), cfg.ridge)  # X = 0: Π = 0
+    torch.testing.assert_close(spans.core.qk_transform(1.0, 0.3, grad, zero), 0.3 * grad)
 
 
 @pytest.mark.parametrize("preset", ["kv8", "qkv8"])
 @pytest.mark.parametrize("alphas", ["1000", "1100", "1110", [0.3, -1.0, 2.0, 0.5]])
 def test_model_fast_path_equals_the_explicit_definition(preset, alphas):
-    """In a model, fp32: the fast path (what training runs) against the same setting on the explicit path."""
+    """In a model, fp32: the fused backward (what training runs) against the same setting on the explicit path."""
     cfg = SpanConfig(alphas=alphas, preset=preset)
     fast = make_model(cfg)
     assert not fast.blocks[0].attn.needs_explicit(True)  # the fused forward, the transform in backward
@@ -525,7 +527,7 @@ def test_fast_path_gives_way_to_hooks_and_dropout():
     with model.hooks({"blocks.0.attn.hook_pattern": lambda t: None}):
         assert attn.needs_explicit(True)
     assert not attn.needs_explicit(True)
-    attn.score_grad_fn = lambda dS, q, k, v: dS  # a plain function has no fast path
+    attn.score_grad_fn = lambda dS, q, k, v: dS  # a plain function has no fused backward
     assert attn.needs_explicit(True)
 
 

@@ -16,9 +16,9 @@ The package, one file per job; the names a user needs are re-exported here (``fr
 SpanConfig``), everything else is imported from its module:
 
 * :mod:`~spanviz.spans.core` — the technique, read top to bottom: the projector Π_X, the blocks
-  (:func:`decompose`), α scaling of the score gradient by its definition, then its fast path, the qk4 closed
+  (:func:`decompose`), α scaling of the score gradient by its definition, then the grouped sum, the qk4 closed
   form;
-* :mod:`~spanviz.spans.fused` — the fast path the model trains with: fused attention forward, the α-scaled dQ, dK
+* :mod:`~spanviz.spans.fused` — the fused backward the model trains with: fused attention forward, the α-scaled dQ, dK
   from rows recomputed in chunks in the backward (``span_attention``), and ``build_grad_fns``, the backward
   transforms the model installs;
 * :mod:`~spanviz.spans.config` — :class:`SpanConfig`, the presets and slots, the paper's α brackets

@@ -27,9 +27,10 @@ dS = ∂L/∂S ∈ R^{T×T}.
   Blocks are named S1..S2ⁿ by order (:func:`~spanviz.spans.config.block_names`).
 
 Read top to bottom: the projector; the blocks (:func:`decompose`); the α scaling by its definition — form the
-2ⁿ blocks, weight, sum (the reference every faster path is tested against); then, labelled, the **fast path** of
-the same sum that :func:`scale_score_grad` runs by default (per-order sums, no block formed); the qk4 closed
-form. The fused attention the model trains with, and the transforms the model installs
+2ⁿ blocks, weight, sum (the reference every faster computation is tested against); then, labelled, the **grouped
+sum**: the same sum that :func:`scale_score_grad` runs by default (per-order sums, no block formed); the qk4 closed
+form (:func:`qk_transform`, its projector passed in). The **fused backward** the model trains with — fused attention
+forward, the same gradients recomputed from rows — and the transforms the model installs
 (:func:`~spanviz.spans.fused.build_grad_fns`): :mod:`spanviz.spans.fused`.
 """
 
@@ -235,7 +236,7 @@ def scale_score_grad(
         cfg: the setting (slots, α, ridge); None = ``SpanConfig()`` (kv8, all α = 1). Its ``layers`` are
             ignored here. For ``qk4`` this is the explicit 4-block sum (the definition the closed form in
             :func:`scale_qk_grad` reproduces).
-        method: "grouped" (default: the fast path, per-order α without forming the blocks, see
+        method: "grouped" (default: the grouped sum, per-order α without forming the blocks, see
             ``_order_scaled``; returns α0·dS at once when all α are equal) or "blocks" (the definition: forms
             all 2ⁿ blocks and sums them — the readable reference). ``block_alphas`` always use "blocks".
     Returns:
@@ -249,11 +250,6 @@ def scale_score_grad(
         raise ValueError(f"cfg must be a SpanConfig or None, got {type(cfg).__name__}")
     check_choice("method", method, METHODS)
     _check_qkv(dS, q, k, v, finite=False)
-    return _score_transform(cfg, method, dS, q, k, v)
-
-
-def _score_transform(cfg: SpanConfig, method: str, dS: Tensor, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """The unchecked body of :func:`scale_score_grad`."""
     with torch.no_grad(), no_autocast(dS.device):
         dS32 = dS.to(compute_dtype(dS.dtype)).contiguous()  # (..., T, T)
         ops = _slot_ops(cfg.slots, _projectors(cfg.slots, q, k, v, cfg.ridge, dS32.dtype))
@@ -263,12 +259,12 @@ def _score_transform(cfg: SpanConfig, method: str, dS: Tensor, q: Tensor, k: Ten
             out = _weighted_sum((w, blocks[b]) for w, b in zip(cfg.block_weights(), block_bits(cfg.slots)))
             out = torch.zeros_like(dS32) if out is None else out
         else:
-            # The fast path: dS' = Σ_o α_o · D_o, D_o = Σ of the blocks of order o, without forming any block
+            # The grouped sum: dS' = Σ_o α_o · D_o, D_o = Σ of the blocks of order o, without forming any block
             out = _order_scaled(dS32, ops, cfg.alphas)
         return out.to(dS.dtype)
 
 
-# ------------------------------------------------------------------------------ α scaling: the fast path
+# ----------------------------------------------------------------------------- α scaling: the grouped sum
 #
 # The same dS' as the definition above, by the default method "grouped": blocks of one order share α, so only
 # the per-order sums are carried along the slots and no block is formed. Tested equal to the definition.
@@ -356,15 +352,18 @@ def scale_qk_grad(grad: Tensor, x: Tensor, cfg: SpanConfig, side: str = "q") -> 
         raise ValueError(f"grad and x must be tensors of the same shape (..., T, d_head), got "
                          f"{getattr(grad, 'shape', grad)!r} and {getattr(x, 'shape', x)!r}")
     alpha_par, alpha_perp = qk4_alphas(cfg, side)
-    return _qk_transform(alpha_par, alpha_perp, cfg.ridge, grad, x)
+    return qk_transform(alpha_par, alpha_perp, grad, lambda g: SpanProjector(x, cfg.ridge, g.dtype).left(g))
 
 
-def _qk_transform(alpha_par: float, alpha_perp: float, ridge: float, grad: Tensor, x: Tensor) -> Tensor:
-    """α_par Π_X g + α_perp (g − Π_X g) = α_perp g + (α_par − α_perp) Π_X g; unchecked (the hook body)."""
+def qk_transform(alpha_par: float, alpha_perp: float, grad: Tensor, project: Callable[[Tensor], Tensor]) -> Tensor:
+    """qk4's closed form g' = α_par Π_X g + α_perp (g − Π_X g) = α_perp g + (α_par − α_perp) Π_X g, unchecked: the
+    body of :func:`scale_qk_grad` and of the hook the model trains with (:func:`~spanviz.spans.fused.build_grad_fns`),
+    which differ only in the projector ``project``: g (..., T, d_head) ↦ Π_X g (the definition's
+    :class:`SpanProjector` here, the fused backward's sync-free one there). grad (..., T, d_head); computed in float32
+    (float64 for float64 input), returned in grad's dtype. Source: spanviz reconstruction (module docstring)."""
     if alpha_par == alpha_perp:
         return grad if alpha_par == 1 else alpha_par * grad
     with torch.no_grad(), no_autocast(grad.device):
         g = grad.to(compute_dtype(grad.dtype)).contiguous()  # (..., T, d_head)
         # g' = α_perp g + (α_par − α_perp) Π_X g
-        out = alpha_perp * g + (alpha_par - alpha_perp) * SpanProjector(x, ridge, g.dtype).left(g)
-        return out.to(grad.dtype)
+        return (alpha_perp * g + (alpha_par - alpha_perp) * project(g)).to(grad.dtype)

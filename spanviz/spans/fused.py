@@ -1,4 +1,4 @@
-"""The fast path of the score transform: fused attention forward, the α-scaled backward from recomputed rows.
+"""The fused backward of the score transform: fused attention forward, the α-scaled backward from recomputed rows.
 
 :mod:`spanviz.spans.core` defines the technique on the score gradient itself: dS' = Σ_blocks w_block · block,
 block = L_a · dS · R_c, applied to ∂L/∂S of the explicit (B, H, T, T) scores. That needs the whole score matrix
@@ -39,7 +39,7 @@ softmax backward already gives dS = 0 on masked entries and nothing downstream r
 a ``masked_fill`` would see a gradient that the masked-fill backward then re-zeroes — a different, wrong result.)
 The transform has two forms that give the same gradients (tested for every preset and α): called on dS it is
 :mod:`spanviz.spans.core`'s :func:`~spanviz.spans.core.scale_score_grad` (the explicit path, where probes and
-hooks see S and P); its ``attention`` method is this file's :func:`span_attention`. The model takes the fast path
+hooks see S and P); its ``attention`` method is this file's :func:`span_attention`. The model takes the fused backward
 whenever it can (no hook on the scores or pattern, no attention dropout while training, backend not "explicit").
 
 Source: spanviz (the recomputation is flash attention's backward; the grouping is linear algebra on
@@ -56,7 +56,7 @@ from torch import Tensor
 
 from spanviz.spans.config import SpanConfig, block_bits
 from spanviz.spans.core import (
-    QK_SIDES, SpanProjector, compute_dtype, no_autocast, qk4_alphas, ridge_gram, scale_score_grad,
+    QK_SIDES, SpanProjector, compute_dtype, no_autocast, qk4_alphas, qk_transform, ridge_gram, scale_score_grad,
 )
 
 Attend = Callable[[Tensor, Tensor, Tensor], Tensor]
@@ -73,7 +73,7 @@ step, 2026-11-27), so the whole (B, H, T, T) goes in one tile whenever it fits."
 
 def _projector(X: Tensor, ridge: float) -> Callable[[Tensor], Tensor]:
     """M ↦ Π_X M for M (..., T, m): :class:`~spanviz.spans.core.SpanProjector`'s projector (same ridge), as
-    X (G⁻¹ (Xᵀ M)) with G = XᵀX + λI — for the (T, d) matrices of the fast path that is cheaper than forming X⁺
+    X (G⁻¹ (Xᵀ M)) with G = XᵀX + λI — for the (T, d) matrices of the fused backward that is cheaper than forming X⁺
     (d×T), and it is two matrix products in the input dtype plus one d×d product.
 
     G⁻¹ is formed once, in float64 (float32 on MPS, which has no float64), from its Cholesky factor: cond(G) is
@@ -277,19 +277,6 @@ class _SpanAttention(torch.autograd.Function):
             return (dQ.mul_(scale).to(q.dtype), dK.mul_(scale).to(k.dtype), dV.to(v.dtype), None, None, None)
 
 
-def qk_transform(alpha_par: float, alpha_perp: float, ridge: float, grad: Tensor, x: Tensor) -> Tensor:
-    """qk4's closed form g' = α_par Π_X g + α_perp Π_X^⊥ g (:func:`~spanviz.spans.core.scale_qk_grad`) with this
-    file's projector: the hook the model trains with, free of host synchronisation (for T > d_head). grad, x
-    (..., T, d_head); computed in float32 (float64 for float64 input), returned in grad's dtype."""
-    if alpha_par == alpha_perp:
-        return grad if alpha_par == 1 else alpha_par * grad
-    with torch.no_grad(), no_autocast(grad.device):
-        g = grad.to(compute_dtype(grad.dtype)).contiguous()  # (..., T, d_head)
-        # g' = α_perp g + (α_par − α_perp) Π_X g
-        out = alpha_perp * g + (alpha_par - alpha_perp) * _projector(x.detach().to(g.dtype).contiguous(), ridge)(g)
-        return out.to(grad.dtype)
-
-
 class _ScaleGrad(torch.autograd.Function):
     """Identity forward; multiplies the gradient by a constant in backward."""
 
@@ -304,7 +291,7 @@ class _ScaleGrad(torch.autograd.Function):
 
 
 def span_attention(q: Tensor, k: Tensor, v: Tensor, cfg: SpanConfig, attend: Attend, mask: Tensor) -> Tensor:
-    """Attention whose backward applies the span transform of ``cfg`` to the score gradient — the fast path.
+    """Attention whose backward applies the span transform of ``cfg`` to the score gradient — the fused backward.
 
     Args:
         q, k: (B, H, T, d_head); v: (B, H, T, d_v), as the model's attention takes them.
@@ -339,7 +326,7 @@ class ScoreTransform:
 
     ``transform(dS, q, k, v) -> dS'``: the definition (:func:`~spanviz.spans.core.scale_score_grad`, grouped), a
     :data:`ScoreGradFn` for the gradient hook on the explicit scores. ``transform.attention(q, k, v, attend,
-    mask) -> y``: the fast path (:func:`span_attention`).
+    mask) -> y``: the fused backward (:func:`span_attention`).
     """
 
     def __init__(self, cfg: SpanConfig) -> None:
@@ -361,11 +348,11 @@ def build_grad_fns(cfg: SpanConfig) -> tuple[ScoreGradFn | None, QKGradFn | None
     Returns:
         (score_grad_fn, None) for kv8, qkv8 and custom slots: a :class:`ScoreTransform`,
         ``score_grad_fn(dS, q, k, v) -> dS'`` with dS (B, H, T, T) the gradient of the pre-mask scores and q, k,
-        v (B, H, T, d_head) detached, whose ``attention`` method is the fast path the model trains with.
+        v (B, H, T, d_head) detached, whose ``attention`` method is the fused backward the model trains with.
         (None, qk_grad_fn) for qk4: ``qk_grad_fn(grad, x, side) -> grad'`` applied to ∂L/∂q with x = q,
         side "q", and to ∂L/∂k with x = k, side "k" (the closed form :func:`~spanviz.spans.core.scale_qk_grad`;
-        works with fused attention, for order α and for ``block_alphas`` alike; with the fast path's projector,
-        :func:`qk_transform`).
+        works with fused attention, for order α and for ``block_alphas`` alike; with the fused backward's projector,
+        :func:`~spanviz.spans.core.qk_transform`).
         The hooks are installed even when every α is 1 (they then return the gradient unchanged).
     Raises:
         ValueError: cfg is not a SpanConfig.
@@ -378,7 +365,9 @@ def build_grad_fns(cfg: SpanConfig) -> tuple[ScoreGradFn | None, QKGradFn | None
 
         def qk_grad_fn(grad: Tensor, x: Tensor, side: str) -> Tensor:
             alpha_par, alpha_perp = pairs[side]
-            return qk_transform(alpha_par, alpha_perp, cfg.ridge, grad, x)
+            # the same closed form as scale_qk_grad, with this file's sync-free projector
+            return qk_transform(alpha_par, alpha_perp, grad,
+                                lambda g: _projector(x.detach().to(g.dtype).contiguous(), cfg.ridge)(g))
 
         return None, qk_grad_fn
 
