@@ -125,6 +125,7 @@ def worst_case_bound(sigma: Tensor | float, d_head: int, rho2: float) -> Tensor 
 
 
 def _worst_case(sigma: Tensor | float, d_head: int, rho2: float) -> Tensor | float:
+    """:func:`worst_case_bound` without the checks (its callers checked): B_wc in logit units, σ's type."""
     # B_wc = ρ² σ / √d_head
     return sigma * (rho2 / math.sqrt(d_head))
 
@@ -148,6 +149,8 @@ def solve_gamma(r: int, n_keys: int, delta: float, tol: float = 1e-12) -> float:
 
 
 def _solve_gamma(r: int, n_keys: int, delta: float, tol: float = 1e-12) -> float:
+    """:func:`solve_gamma` without the checks: bracket the root by doubling, then bisect (f(γ) = γ − 1 − ln γ is
+    increasing on (1, ∞)); stops at ``tol`` relative, or at adjacent floats."""
     # γ − 1 − ln γ = (2/r) ln(2N/δ) =: target > 0
     target = 2.0 * (math.log(2.0) + math.log(n_keys) - math.log(delta)) / r  # ln(2N/δ) without overflow
     f = lambda g: g - 1.0 - math.log(g)  # noqa: E731  (increasing on (1, ∞), without bound)
@@ -178,6 +181,7 @@ def alpha_agnostic(d: int, n_pairs: int, delta: float) -> float:
 
 
 def _alpha_agnostic(d: int, n_pairs: int, delta: float) -> float:
+    """:func:`alpha_agnostic` without the checks; ln(4K/δ) as a sum of logs, so a huge K does not overflow."""
     # α_agn = √(2 ln(4K/δ) / d)
     return math.sqrt(2.0 * (math.log(4.0) + math.log(n_pairs) - math.log(delta)) / d)  # ln(4n/δ), no overflow
 
@@ -210,6 +214,7 @@ def alpha_star(d: int, r: int, n_pairs: int, n_keys: int, delta: float, gamma: f
 
 
 def _alpha_star(d: int, r: int, n_pairs: int, delta: float, gamma: float) -> float:
+    """:func:`alpha_star` for a given γ, without the checks; γ r capped at d (then it equals α_agnostic)."""
     # min(γ r, d): a key's energy fraction in the row space is at most 1
     energy = min(gamma * r, float(d))
     # α* = √(2 γ r ln(4K/δ)) / d
@@ -273,6 +278,8 @@ def scale_from_bound(bound: float | Tensor, *, margin: float = 0.0, fmt: str = "
 
 
 def _scale(bound: float, margin: float, fmax: float, power_of_two: bool) -> float:
+    """:func:`scale_from_bound` without the checks: s = fmax / (2^margin · B), rounded down to a power of two on
+    request; 1.0 for B = 0."""
     if bound == 0.0:
         return 1.0
     # log₂ s = log₂ fmax − margin − log₂ B: checked in the log domain, where neither 2^margin nor fmax / B overflows
