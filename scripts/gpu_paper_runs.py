@@ -40,11 +40,11 @@ from typing import Any
 from spanviz import local_global
 from spanviz.data import OFFLINE_SPLITS, prepare_tokens
 from spanviz.experiments.core import run_grid
-from spanviz.experiments.results import per_seed_table, save_sweep
-from spanviz.experiments.stats import compare_groups
 from spanviz.experiments.ls import SIZES as LS_SIZES
 from spanviz.experiments.ls import ls_variants, summarize_ls
+from spanviz.experiments.results import per_seed_table, save_sweep
 from spanviz.experiments.spans import SIZE_DEFAULTS
+from spanviz.experiments.stats import compare_groups
 from spanviz.model import GPTConfig
 from spanviz.spans import SpanConfig
 from spanviz.store import ResultsStore

@@ -35,8 +35,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from spanviz import local_global
 from spanviz.bench.ls import MODEL_SHAPE, PAPER_SHAPE, mask_shares
-from spanviz.local_global.flex import check_qkv, compiled_flex
 from spanviz.bench.spans import LONG_BATCH, LONG_CONFIG
+from spanviz.local_global.flex import check_qkv, compiled_flex
 from spanviz.model import GPTConfig, TinyGPT
 from spanviz.spans import SpanConfig
 

@@ -33,16 +33,27 @@ import tyro
 from torch import Tensor, nn
 
 from spanviz.hook_points import HookedRootModule, HookPoint
-from spanviz.local_global.core import (
-    MaskMod, additive_mask, causal_mask, check_head_split, dense_mask_cached, head_mask_mod,
-)
 from spanviz.lm_loss import lm_cross_entropy
+from spanviz.local_global.core import (
+    MaskMod,
+    additive_mask,
+    causal_mask,
+    check_head_split,
+    dense_mask_cached,
+    head_mask_mod,
+)
 from spanviz.local_global.flex import flex_attention, flex_available
 from spanviz.local_global.stabilisers import is_global_layer, qk_clip_, qk_clip_factors, soft_cap
 from spanviz.spans.config import SpanConfig
 from spanviz.spans.fused import build_grad_fns
 from spanviz.validators import (
-    check_bool, check_choice, check_fields, check_float, check_int, check_model_size, check_tensor,
+    check_bool,
+    check_choice,
+    check_fields,
+    check_float,
+    check_int,
+    check_model_size,
+    check_tensor,
 )
 
 ATTN_BACKENDS = ("auto", "explicit", "sdpa", "flex")

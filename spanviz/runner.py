@@ -41,8 +41,8 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from spanviz.settings import ENV_BLOCKING, env_flag
 from spanviz.contexts import torch_threads
+from spanviz.settings import ENV_BLOCKING, env_flag
 from spanviz.train.record import append_rows  # the one history appender; re-exported for the panels
 
 logger = logging.getLogger(__name__)

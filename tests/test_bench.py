@@ -7,9 +7,8 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 import numpy as np
+import pytest
 import torch
 
 from spanviz import bench, provenance

@@ -13,11 +13,11 @@ import pytest
 from spanviz import plots, widgets
 from spanviz.fp8.demos import BoundsVsRank
 from spanviz.model import GPTConfig
-from spanviz.widgets import captions
 from spanviz.plots.common import COLORS
 from spanviz.plots.curves import loss_curves_data, relative_change_data
 from spanviz.plots.fp8 import bound_vs_rank_data
 from spanviz.plots.fp8_training import fp8_training_data
+from spanviz.widgets import captions
 from spanviz.widgets.fp8_caption import fp8_training_caption
 
 SMALL = GPTConfig(vocab_size=64, context_length=24, n_layer=1, n_head=2, d_model=32)  # d_head 16 < T 24

@@ -33,9 +33,9 @@ import pytest
 import torch
 
 from spanviz import cli, files
-from spanviz.experiments import read_per_seed
 from spanviz.cli import main
 from spanviz.cli.app import COMMANDS
+from spanviz.experiments import read_per_seed
 from spanviz.model import GPTConfig
 from spanviz.store import ResultsStore
 from spanviz.train import TrainConfig
@@ -696,8 +696,8 @@ def test_help_alone_is_the_full_parsers_help_without_importing_the_commands():
     import contextlib
     import io
 
-    from spanviz.cli.help import SUMMARIES, top_help
     from spanviz.cli.app import parse
+    from spanviz.cli.help import SUMMARIES, top_help
 
     assert list(SUMMARIES) == list(COMMANDS)
     assert all(SUMMARIES[name][0] == cls.__name__ for name, cls in COMMANDS.items())

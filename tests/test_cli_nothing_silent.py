@@ -311,10 +311,9 @@ def t_encrypted(stage: Stage) -> Outcome:
 
 
 def t_load_bundle_int_started(stage: Stage) -> Outcome:
-    from spanviz.store import ResultsStore, load_bundle
-
     from test_store import make_record
 
+    from spanviz.store import ResultsStore, load_bundle
     from spanviz.store.keys import config_key
 
     key, payload = record_json(environment__started_utc=20260101)

@@ -15,10 +15,16 @@ from scipy import stats
 import spanviz.experiments.core as core
 from spanviz.data import OFFLINE_SPLITS, prepare_tokens
 from spanviz.experiments.core import run_grid
-from spanviz.experiments.results import (format_table, metric_value, per_seed_table, read_per_seed, save_sweep,
-                                         summarize)
-from spanviz.experiments.stats import (WITHIN_NOISE, claim_verdict, compare_groups, equivalence_test, holm,
-                                       paired_comparison, significant_words)
+from spanviz.experiments.results import format_table, metric_value, per_seed_table, read_per_seed, save_sweep, summarize
+from spanviz.experiments.stats import (
+    WITHIN_NOISE,
+    claim_verdict,
+    compare_groups,
+    equivalence_test,
+    holm,
+    paired_comparison,
+    significant_words,
+)
 from spanviz.model import GPTConfig
 from spanviz.store import ResultsStore
 from spanviz.train import RunRecord, TrainConfig

@@ -4,7 +4,6 @@ priority — without a browser (tests/browser checks what the page then shows)."
 from __future__ import annotations
 
 import json
-
 import os
 import sys
 import threading
@@ -18,12 +17,18 @@ from IPython.core.formatters import DisplayFormatter
 from plotly.offline import get_plotlyjs_version
 
 from spanviz import widgets
-from spanviz.widgets import figure_widget
-from spanviz.widgets.figure_widget import (
-    HOLD_MAX_S, PLOTLY_REQUEST, REOPEN_HINT, SEEN, SETTLED, WIDGET_VIEW, PlotlyFigure,
-)
 from spanviz.model import GPTConfig
 from spanviz.runner import TRAIN_NICE, Job, Runner, lower_thread_priority
+from spanviz.widgets import figure_widget
+from spanviz.widgets.figure_widget import (
+    HOLD_MAX_S,
+    PLOTLY_REQUEST,
+    REOPEN_HINT,
+    SEEN,
+    SETTLED,
+    WIDGET_VIEW,
+    PlotlyFigure,
+)
 
 SMALL = GPTConfig(vocab_size=64, context_length=24, n_layer=1, n_head=2, d_model=32)
 

@@ -15,14 +15,20 @@ from hypothesis import strategies as st
 from spanviz import fp8
 from spanviz.fp8.casting import utilisation
 from spanviz.fp8.core import (
-    EXACT_METHODS, FORMATS, FP8_MAX, alpha_agnostic, alpha_star, scale_from_bound, solve_gamma, worst_case_bound,
+    EXACT_METHODS,
+    FORMATS,
+    FP8_MAX,
+    alpha_agnostic,
+    alpha_star,
+    scale_from_bound,
+    solve_gamma,
+    worst_case_bound,
 )
 from spanviz.fp8.demos import BOUND_KEYS, bound_scales, bounds_at_delta
 from spanviz.fp8.folding import fold_qk, layer_sigma, normalized_input
 from spanviz.fp8.power import PowerIteration
-from spanviz.fp8.scaling import AMAX_EPS, CalibratedAlpha, DelayedScaling, STRATEGIES, dynamic_scale, strategy_alpha
+from spanviz.fp8.scaling import AMAX_EPS, STRATEGIES, CalibratedAlpha, DelayedScaling, dynamic_scale, strategy_alpha
 from spanviz.model import GPTConfig, TinyGPT
-
 
 
 def _sphere(n: int, d: int, gen: torch.Generator, dtype=torch.float64) -> torch.Tensor:

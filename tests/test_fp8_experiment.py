@@ -9,7 +9,7 @@ import torch
 
 from spanviz.experiments import fp8 as exp
 from spanviz.model import GPTConfig
-from spanviz.train import Trainer, TrainConfig
+from spanviz.train import TrainConfig, Trainer
 from spanviz.train.config import lr_at
 
 TINY_MODEL = dict(context_length=16, n_layer=1, n_head=2, d_model=32)

@@ -8,7 +8,13 @@ import torch
 from spanviz.fp8 import FP8Probe
 from spanviz.fp8.casting import count_overflow
 from spanviz.fp8.strategies import (
-    PRACTICAL, cast_stats, mx_scales, mx_shared_exponent, round_scale_down_to_power_of_2, rowwise_scales, scale_cost,
+    PRACTICAL,
+    cast_stats,
+    mx_scales,
+    mx_shared_exponent,
+    round_scale_down_to_power_of_2,
+    rowwise_scales,
+    scale_cost,
     tile_scales,
 )
 from spanviz.model import GPTConfig, TinyGPT

@@ -21,12 +21,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from attention_backends import sdpa_attention
 
 from spanviz import fp8, spans
-from attention_backends import sdpa_attention
 from spanviz import local_global as lg
-from spanviz.local_global import core as lg_core
 from spanviz.bench.notebooks import notebook_runs
+from spanviz.local_global import core as lg_core
 from spanviz.model import GPTConfig, TinyGPT
 from spanviz.spans import SpanConfig
 from spanviz.train import TrainConfig, Trainer

@@ -11,16 +11,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from attention_backends import attention, explicit_attention, sdpa_attention
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attention_backends import attention, explicit_attention, sdpa_attention
 from spanviz import local_global as lg
 from spanviz.local_global import core as lg_core
 from spanviz.local_global.demos import band_target
 from spanviz.local_global.probe import attention_entropy
 from spanviz.model import GPTConfig, TinyGPT
-
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="FlexAttention backward needs CUDA")
 

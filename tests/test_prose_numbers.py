@@ -18,7 +18,6 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
 from test_render_docs import render_docs  # the script, loaded once
 
 ROOT = Path(__file__).resolve().parents[1]

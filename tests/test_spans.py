@@ -19,7 +19,6 @@ from spanviz import spans
 from spanviz.model import GPTConfig, TinyGPT
 from spanviz.spans import SpanConfig
 
-
 TINY = dict(vocab_size=50, context_length=32, n_layer=2, n_head=2, d_model=16)  # d_head 8 < T 32
 PAPER_BRACKETS = ("1111", "1110", "1100", "1000")
 

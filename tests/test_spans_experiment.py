@@ -9,7 +9,6 @@ import pytest
 from spanviz.experiments import spans as exp
 
 
-
 @pytest.fixture(scope="module")
 def tiny_data(wikitext_dir_module, tmp_path_factory):
     from spanviz.data import OFFLINE_SPLITS, prepare_tokens

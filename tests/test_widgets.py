@@ -15,17 +15,17 @@ import pytest
 import torch
 
 from spanviz import plots, widgets
-from spanviz.widgets.figure_widget import SEEN, PlotlyFigure, encode
 from spanviz.model import GPTConfig
-from spanviz.runner import Job, Runner, append_rows
-from spanviz.train import TrainConfig
 from spanviz.plots.common import series
 from spanviz.plots.local_global import head_mask_columns
 from spanviz.plots.span_blocks import DIM_OPACITY
 from spanviz.plots.spans import subspace_angles_data
+from spanviz.runner import Job, Runner, append_rows
+from spanviz.train import TrainConfig
+from spanviz.widgets import spans as spans_widget
+from spanviz.widgets.figure_widget import SEEN, PlotlyFigure, encode
 from spanviz.widgets.figures import use_static
 from spanviz.widgets.local_global import MASK_ZOOM
-from spanviz.widgets import spans as spans_widget
 from spanviz.widgets.specs import default_data
 
 SMALL = GPTConfig(vocab_size=64, context_length=24, n_layer=1, n_head=2, d_model=32)  # d_head 16 < T 24

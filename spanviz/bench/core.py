@@ -45,9 +45,9 @@ except ImportError:  # Windows
     resource = None  # type: ignore[assignment]
 from torch.utils import benchmark
 
+from spanviz.contexts import torch_threads
 from spanviz.memory import keep_freed_memory
 from spanviz.model import GPTConfig, TinyGPT
-from spanviz.contexts import torch_threads
 
 NOTEBOOK_CONFIG = dict(vocab_size=8192, context_length=128, n_layer=2, n_head=4, d_model=128)
 NOTEBOOK_BATCH = 16

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import torch
 
-from spanviz import fp8
+from spanviz.bench.core import NOTEBOOK_BATCH, NOTEBOOK_CONFIG, make_train_step, measure
+from spanviz.contexts import torch_threads
+from spanviz.fp8.core import spectral_norms_exact
 from spanviz.fp8.folding import fold_qk, layer_sigma
 from spanviz.fp8.power import PowerIteration
-from spanviz.bench.core import NOTEBOOK_BATCH, NOTEBOOK_CONFIG, make_train_step, measure
 from spanviz.model import GPTConfig, TinyGPT
-from spanviz.contexts import torch_threads
 from spanviz.validators import check_int
 
 TARGETS_PCT = {"exact_pct": 2.0, "power_step_pct": 0.5}
@@ -84,7 +84,7 @@ def _bench(dev: torch.device, repeats: int, seed: int) -> dict:
     def exact_householder() -> None:
         for b in blocks:
             f = fold_qk(b)
-            fp8.spectral_norms_exact(f.W_Q, f.W_K, method="householder").max()
+            spectral_norms_exact(f.W_Q, f.W_K, method="householder").max()
 
     def power_step() -> None:
         for b, pi in zip(blocks, iterations):
@@ -102,7 +102,7 @@ def _bench(dev: torch.device, repeats: int, seed: int) -> dict:
     )  # fmt: skip
     med = {name: timings.median(name) for name in timings.wall}
     ratio = min(
-        float((pi(f.W_Q, f.W_K) / fp8.spectral_norms_exact(f.W_Q, f.W_K)).min())
+        float((pi(f.W_Q, f.W_K) / spectral_norms_exact(f.W_Q, f.W_K)).min())
         for pi, f in zip(iterations, (fold_qk(b) for b in blocks))
     )
     step = med["train_step"]

@@ -36,10 +36,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_block_mask
 
-from spanviz import local_global
 from spanviz.bench.core import interleaved_medians
-from spanviz.local_global.core import PAPER, MaskMod, check_head_split
-from spanviz.local_global.flex import FLEX_MIN_D_HEAD, compiled_flex, flex_available
+from spanviz.local_global.core import PAPER, MaskMod, check_head_split, dense_mask, head_mask_mod
+from spanviz.local_global.flex import FLEX_MIN_D_HEAD, compiled_flex, flex_attention, flex_available
 from spanviz.model import GPTConfig, TinyGPT, explicit_attention, fused_attention
 from spanviz.validators import check_choice, check_float, check_int
 
@@ -68,8 +67,8 @@ def mask_shares(T: int, n_head: int, n_local: int, window: int, block: int = BLO
     Raises:
         ValueError: as :func:`spanviz.local_global.head_mask_mod` / :func:`~spanviz.local_global.dense_mask`.
     """
-    ls = local_global.dense_mask(local_global.head_mask_mod(n_local, window), n_head, T)
-    causal = local_global.dense_mask(local_global.head_mask_mod(0), n_head, T)
+    ls = dense_mask(head_mask_mod(n_local, window), n_head, T)
+    causal = dense_mask(head_mask_mod(0), n_head, T)
     nb = math.ceil(T / block)
     pad = nb * block - T
 
@@ -145,16 +144,16 @@ def bench_ls(
         dtype = "bfloat16" if on_cuda else "float32"
     torch_dtype = getattr(torch, dtype)
 
-    ls_mod = local_global.head_mask_mod(n_local, window)
-    causal_mod = local_global.head_mask_mod(0)
+    ls_mod = head_mask_mod(n_local, window)
+    causal_mod = head_mask_mod(0)
     cases: dict[str, Callable[..., torch.Tensor]] = {
         "dense_causal_sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
         "ls_sdpa": lambda q, k, v: fused_attention(q, k, v, ls_mod, backend="sdpa"),
         "ls_explicit": lambda q, k, v: explicit_attention(q, k, v, ls_mod),
     }
     if on_cuda and flex_available() and d_head >= FLEX_MIN_D_HEAD:
-        cases["ls_flex"] = lambda q, k, v: local_global.flex_attention(q, k, v, ls_mod)
-        cases["dense_causal_flex"] = lambda q, k, v: local_global.flex_attention(q, k, v, causal_mod)
+        cases["ls_flex"] = lambda q, k, v: flex_attention(q, k, v, ls_mod)
+        cases["dense_causal_flex"] = lambda q, k, v: flex_attention(q, k, v, causal_mod)
         # The compiled kernel called directly (no wrapper): dense causal (the wrapper's cost is the difference to
         # dense_causal_flex, the same kernel), and the whole LS mask (the wrapper's cost over ls_flex), with
         # 128×128 and with 64×64 tiles.
@@ -245,7 +244,7 @@ def bench_ls_curve(
     dev = torch.device(device)
     if dev.type != "cuda" or not torch.cuda.is_available():
         raise ValueError(f"device must be a CUDA device for the LS curve, got {str(device)!r}")
-    ls_mod = local_global.head_mask_mod(n_local, window)
+    ls_mod = head_mask_mod(n_local, window)
     points = []
     for d_head in d_heads:
         for T in Ts:
@@ -255,7 +254,7 @@ def bench_ls_curve(
             q, k, v, grad_out = (torch.randn(shape, generator=g).to(dev, torch.bfloat16) for _ in range(4))
             q, k, v = (t.requires_grad_() for t in (q, k, v))
             cases = {"dense_causal_sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-                     "ls_flex": lambda q, k, v: local_global.flex_attention(q, k, v, ls_mod)}
+                     "ls_flex": lambda q, k, v: flex_attention(q, k, v, ls_mod)}
             closures = {}
             for name, fn in cases.items():
                 def fwd(fn=fn) -> None:

@@ -27,9 +27,9 @@ from typing import Any
 import torch
 
 from spanviz.bench.core import NOTEBOOK_BATCH, NOTEBOOK_CONFIG, make_train_step, measure
+from spanviz.contexts import torch_threads
 from spanviz.model import GPTConfig, TinyGPT
 from spanviz.spans import SpanConfig
-from spanviz.contexts import torch_threads
 from spanviz.validators import check_choice, check_int
 
 GPU_CONFIG = dict(vocab_size=8192, context_length=256, n_layer=4, n_head=4, d_model=256)

@@ -31,12 +31,12 @@ from dataclasses import replace
 from typing import Any
 
 from spanviz.bench.core import NOTEBOOK_BATCH, NOTEBOOK_CONFIG
+from spanviz.contexts import torch_threads
 from spanviz.data import load_tokens
 from spanviz.experiments.core import run_grid
 from spanviz.experiments.executors import RayExecutor
 from spanviz.model import GPTConfig
 from spanviz.spans import SpanConfig
-from spanviz.contexts import torch_threads
 from spanviz.train import TrainConfig
 
 TARGET_SPEEDUP = 1.5

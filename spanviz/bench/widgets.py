@@ -38,13 +38,16 @@ import torch
 from comm.base_comm import BaseComm
 from jupyter_client.session import json_packer
 
-from spanviz import widgets
 from spanviz.bench.browser import bench_browser
+from spanviz.contexts import torch_threads
 from spanviz.model import GPTConfig
 from spanviz.runner import Job, Runner
-from spanviz.contexts import torch_threads
 from spanviz.train import Trainer
+from spanviz.widgets.fp8 import FP8Panel
+from spanviz.widgets.local_global import LocalGlobalPanel
+from spanviz.widgets.spans import SpansPanel
 from spanviz.widgets.specs import default_train_cfg
+from spanviz.widgets.training import TrainingPanel
 
 TARGETS = {"alpha_p95_ms": 10.0, "preset_p95_ms": 100.0, "control_p95_ms": 150.0, "browser_alpha_p95_ms": 50.0,
            "browser_preset_p95_ms": 150.0, "dashboard_slowdown": 0.10, "dashboard_hz": 2.0}
@@ -120,11 +123,11 @@ def _packing_comms() -> Iterator[None]:
 
 
 def _panels(T: int) -> dict[str, Any]:
-    spans = widgets.SpansPanel(GPTConfig(**NOTEBOOK_MODELS["spans"], context_length=T), store=None, static=False)
-    masks = widgets.LocalGlobalPanel(GPTConfig(**NOTEBOOK_MODELS["masks"], context_length=T), store=None,
+    spans = SpansPanel(GPTConfig(**NOTEBOOK_MODELS["spans"], context_length=T), store=None, static=False)
+    masks = LocalGlobalPanel(GPTConfig(**NOTEBOOK_MODELS["masks"], context_length=T), store=None,
                                      static=False)
     masks.controls["context"].value = T
-    fp8 = widgets.FP8Panel(GPTConfig(**NOTEBOOK_MODELS["fp8"], context_length=T), store=None, static=False)
+    fp8 = FP8Panel(GPTConfig(**NOTEBOOK_MODELS["fp8"], context_length=T), store=None, static=False)
     return {"spans": spans, "masks": masks, "fp8": fp8}
 
 
@@ -211,7 +214,7 @@ def _bench_dashboard(chunk_s: float, rounds: int, refresh_hz: float) -> dict[str
     train_cfg = default_train_cfg(steps=100_000, device="cpu", eval_interval=100_000)
     data = _RandomData(cfg.vocab_size)
     trainer = Trainer(cfg, train_cfg, data)
-    panel = widgets.TrainingPanel(lambda: [], data=data, static=False, refresh_hz=refresh_hz)
+    panel = TrainingPanel(lambda: [], data=data, static=False, refresh_hz=refresh_hz)
     history: dict[str, list[Any]] = {}
 
     class Chunk:

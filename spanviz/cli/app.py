@@ -15,17 +15,16 @@ from typing import Annotated, Any, Union
 import tyro
 
 import spanviz
-from spanviz.data.hub import HubUnavailableError
 from spanviz.cli.bench import BenchCommand, cmd_bench
 from spanviz.cli.common import UsageError, as_flags, data_message
+from spanviz.cli.config_file import read_config_file
 from spanviz.cli.help import DESCRIPTION
 from spanviz.cli.prepare_data import PrepareDataCommand, cmd_prepare_data
 from spanviz.cli.runs import RunsCommand, cmd_runs
 from spanviz.cli.site import SiteCommand, cmd_site
 from spanviz.cli.sweep import SweepCommand, cmd_sweep
 from spanviz.cli.train import TrainCommand, cmd_train
-from spanviz.cli.config_file import read_config_file
-
+from spanviz.data.hub import HubUnavailableError
 
 COMMANDS: dict[str, type] = {"prepare-data": PrepareDataCommand, "train": TrainCommand, "sweep": SweepCommand,
                              "runs": RunsCommand, "bench": BenchCommand, "site": SiteCommand}

@@ -10,13 +10,12 @@ from typing import Annotated
 
 import tyro
 
-from spanviz.data.wikitext import split_files
-from spanviz.settings import OFFLINE_SPLITS, resolve_data_source
-from spanviz.bench import READS_DATA
+from spanviz.bench import READS_DATA, format_results, run_benchmarks
 from spanviz.bench import SECTIONS as BENCH_SECTIONS
-from spanviz.bench import format_results, run_benchmarks
 from spanviz.cli.common import UsageError, announce_smoke, as_flags, smoke
+from spanviz.data.wikitext import split_files
 from spanviz.files import atomic_write, check_file_target, check_writable_folder, expand_user
+from spanviz.settings import OFFLINE_SPLITS, resolve_data_source
 from spanviz.train.config import resolve_device
 
 

@@ -17,10 +17,21 @@ from spanviz.data.hub import HubUnavailableError
 from spanviz.data.tokenizers import TOKENIZER_KINDS
 from spanviz.data.tokens import prepare_tokens
 from spanviz.data.wikitext import CONFIGS, MissingSplitError, split_files, splits_for_folder
-from spanviz.settings import DEFAULT_SPLITS, ENV_DATA_DIR, ENV_EVAL_SPLIT, ENV_HOME, ENV_TRAIN_SPLIT, SPLITS, command_name, resolve_data_source, spanviz_home
 from spanviz.files import check_writable_folder, expand_user
 from spanviz.model import GPTConfig
-from spanviz.settings import ENV_SMOKE, env_flag
+from spanviz.settings import (
+    DEFAULT_SPLITS,
+    ENV_DATA_DIR,
+    ENV_EVAL_SPLIT,
+    ENV_HOME,
+    ENV_SMOKE,
+    ENV_TRAIN_SPLIT,
+    SPLITS,
+    command_name,
+    env_flag,
+    resolve_data_source,
+    spanviz_home,
+)
 from spanviz.train import TrainConfig
 
 

@@ -8,8 +8,8 @@ from typing import Annotated
 
 import tyro
 
-from spanviz.settings import remember_data_source
 from spanviz.cli.common import DataOptions, check_home, data_settings, load_data
+from spanviz.settings import remember_data_source
 
 
 @dataclass(frozen=True)

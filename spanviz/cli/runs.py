@@ -13,8 +13,8 @@ from spanviz.cli.common import UsageError
 from spanviz.experiments.results import format_table
 from spanviz.files import check_writable_folder
 from spanviz.store import ResultsStore
-from spanviz.validators import printable
 from spanviz.store.listing import matches, run_row, shipped_runs
+from spanviz.validators import printable
 
 
 @dataclass(frozen=True)

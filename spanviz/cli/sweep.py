@@ -17,21 +17,33 @@ import tyro
 from tqdm.auto import tqdm
 
 from spanviz.cli.common import (
-    DataOptions, UsageError, announce_smoke, as_flags, check_home, data_settings, load_data, shrink, smoke,
+    DataOptions,
+    UsageError,
+    announce_smoke,
+    as_flags,
+    check_home,
+    data_settings,
+    load_data,
+    shrink,
+    smoke,
 )
-from spanviz.experiments import save_sweep
 from spanviz.experiments import alphas as alphas_experiment
 from spanviz.experiments import fp8 as fp8_experiment
-from spanviz.fp8.strategies import PRACTICAL
 from spanviz.experiments import growth as growth_experiment
 from spanviz.experiments import ls as ls_experiment
+from spanviz.experiments import save_sweep
 from spanviz.experiments import spans as spans_experiment
 from spanviz.experiments.core import MAX_SEEDS, RunsFailedError
 from spanviz.experiments.executors import (
-    EXECUTORS, ExecutorStartError, MissingExtraError, check_address, make_executor,
+    EXECUTORS,
+    ExecutorStartError,
+    MissingExtraError,
+    check_address,
+    make_executor,
 )
 from spanviz.experiments.results import format_table
 from spanviz.files import check_writable_folder
+from spanviz.fp8.strategies import PRACTICAL
 from spanviz.model import GPTConfig
 from spanviz.store import ResultsStore
 from spanviz.train import TrainConfig

@@ -17,14 +17,13 @@ from spanviz.cli.common import UsageError, announce_smoke, as_flags, check_home,
 from spanviz.cli.config_file import ConfigFile
 from spanviz.cli.train_flags import TrainCommand
 from spanviz.cli.train_plans import TrainPlan, build_probes, fresh_plan, resume_plan, smoke_train
+from spanviz.contexts import torch_threads
 from spanviz.files import check_writable_folder, folder_lock
 from spanviz.model import GPTConfig
 from spanviz.store import ResultsStore
-from spanviz.contexts import torch_threads
 from spanviz.train import RunRecord, Trainer
 from spanviz.train.callbacks import ProgressBar
 from spanviz.train.config import check_runnable, count_parameters
-
 
 DATA_FLAGS = ("--data-dir", "--train-split", "--eval-split", "--wikitext-config", "--tokenizer", "--max-vocab")
 """The flags that choose the data (typed with ``--config run.json``: other data on purpose)."""

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-
 from spanviz.cli.common import UsageError, as_flags, data_settings, estimated_vocab, flag_name, shrink
 from spanviz.cli.train_flags import ProbeOptions, TrainCommand
 from spanviz.data.hub import HUB_ID
@@ -18,11 +17,12 @@ from spanviz.data.tokens import LOCAL_SOURCE
 from spanviz.fp8 import FP8Probe
 from spanviz.local_global import LogitProbe
 from spanviz.model import GPTConfig
+from spanviz.settings import resolve_data_source
 from spanviz.spans import SpanConfig, SpanProbe
 from spanviz.train import RunRecord, TrainConfig
 from spanviz.train.checkpoint import load_checkpoint
 from spanviz.train.record import describe_probe, to_json_text
-from spanviz.settings import resolve_data_source
+
 
 def smoke_train(cmd: TrainCommand, explicit: Collection[str] = ()) -> TrainCommand:
     """The seconds-long version of a train command: step counts ÷ 100, context ≤ 32, batch ≤ 4, ≤ 2 eval batches.

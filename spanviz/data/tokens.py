@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from spanviz.data.tokenizers import Tokenizer, make_tokenizer, tokenizer_from_dict
 from spanviz.data.hub import HUB_ID
+from spanviz.data.tokenizers import Tokenizer, make_tokenizer, tokenizer_from_dict
 from spanviz.data.wikitext import load_wikitext2
 from spanviz.files import atomic_write, read_bounded
 from spanviz.settings import OFFLINE_SPLITS, ROLES, check_splits, resolve_data_source, spanviz_home

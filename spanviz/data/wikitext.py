@@ -24,7 +24,14 @@ from typing import Any
 from spanviz.data.hub import HUB_ID, hub_texts, import_datasets
 from spanviz.files import check_writable_folder, open_bounded
 from spanviz.settings import (
-    DATA_SOURCE_FILE, DEFAULT_SPLITS, ENV_DATA_DIR, ENV_OFFLINE, SPLITS, check_splits, env_flag, resolve_data_source,
+    DATA_SOURCE_FILE,
+    DEFAULT_SPLITS,
+    ENV_DATA_DIR,
+    ENV_OFFLINE,
+    SPLITS,
+    check_splits,
+    env_flag,
+    resolve_data_source,
     spanviz_home,
 )
 

@@ -21,7 +21,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from spanviz.experiments.executors import Executor, LocalExecutor, make_executor
-from spanviz.experiments.results import summarize
 from spanviz.model import GPTConfig
 from spanviz.store import ResultsStore
 from spanviz.store.keys import STORABLE

@@ -38,13 +38,13 @@ from typing import Any
 
 import torch
 
-from spanviz.data.tokens import load_tokens
 from spanviz import fp8
+from spanviz.data.tokens import load_tokens
 from spanviz.experiments.core import check_train_overrides, run_grid, seed_list
-from spanviz.experiments.results import format_table
-from spanviz.experiments.stats import compare_groups
 from spanviz.experiments.executors import Executor, make_executor
 from spanviz.experiments.fp8_runs import CAST_METRICS, METRIC, alpha_obs, overflow_rows, sweep_verdict
+from spanviz.experiments.results import format_table
+from spanviz.experiments.stats import compare_groups
 from spanviz.model import GPTConfig, LowRankQuery
 from spanviz.train import TrainConfig
 from spanviz.validators import check_choice, check_float, check_int

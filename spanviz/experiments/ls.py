@@ -32,12 +32,12 @@ from dataclasses import replace
 from typing import Any
 
 from spanviz.data.tokens import load_tokens
-from spanviz import local_global
 from spanviz.experiments.core import check_train_overrides, run_grid, seed_list
+from spanviz.experiments.executors import Executor, make_executor
 from spanviz.experiments.results import per_seed_table
 from spanviz.experiments.stats import compare_groups, describe_comparison
-from spanviz.experiments.executors import Executor, make_executor
 from spanviz.local_global.flex import FLEX_MIN_D_HEAD, flex_available
+from spanviz.local_global.probe import LogitProbe
 from spanviz.model import GPTConfig
 from spanviz.train import RunRecord, TrainConfig
 from spanviz.validators import check_choice, check_int
@@ -239,15 +239,15 @@ def ls_sweep(
     seeds = seed_list(seeds)
     check_choice("size", size, SIZES)
     every = SIZES[size]["probe_every"] if probe_every is None else probe_every
-    local_global.LogitProbe(every=every)  # validate before loading data or training
+    LogitProbe(every=every)  # validate before loading data or training
     executor = make_executor(executor)  # e.g. Ray missing: say so before loading data
     if data is None:
         data = load_tokens(data_dir, **SIZES[size]["tokenizer"])
     variants = ls_variants(size, data.vocab_size, steps=steps, model=model, train=train, n_local=n_local,
                            window=window)  # fmt: skip
 
-    def probes_factory(name: str, cfg: GPTConfig) -> list[local_global.LogitProbe]:
-        return [local_global.LogitProbe(every=every)]
+    def probes_factory(name: str, cfg: GPTConfig) -> list[LogitProbe]:
+        return [LogitProbe(every=every)]
 
     records = run_grid(variants, seeds, data, store=store, probes_factory=probes_factory, progress=progress,
                        tags={"experiment": "ls", "size": size}, executor=executor)  # fmt: skip

@@ -37,9 +37,9 @@ from typing import Any
 
 from spanviz.data.tokens import load_tokens
 from spanviz.experiments.core import check_train_overrides, run_grid, seed_list
+from spanviz.experiments.executors import Executor, make_executor
 from spanviz.experiments.results import per_seed_table
 from spanviz.experiments.stats import compare_groups, describe_comparison
-from spanviz.experiments.executors import Executor, make_executor
 from spanviz.model import GPTConfig
 from spanviz.spans import SpanConfig
 from spanviz.train import TrainConfig

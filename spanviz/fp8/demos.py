@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import torch
 
+from spanviz.contexts import torch_threads
 from spanviz.fp8.casting import utilisation
 from spanviz.fp8.core import check_delta, logit_bounds, scale_from_bound
-from spanviz.contexts import torch_threads
 from spanviz.validators import check_int
 
 BOUND_KEYS = ("worst_case", "agnostic", "rank_aware")

@@ -13,14 +13,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from spanviz.contexts import eval_mode
 from spanviz.fp8.casting import count_overflow, utilisation
 from spanviz.fp8.core import FORMATS, check_delta, geometry_scale, logit_bounds
 from spanviz.fp8.folding import check_bilinear, layer_sigma
 from spanviz.fp8.scaling import STRATEGIES, CalibratedAlpha, DelayedScaling, dynamic_scale, strategy_alpha
 from spanviz.fp8.strategies import PRACTICAL, cast_stats, practical_scales, scale_cost
-from spanviz.contexts import eval_mode
 from spanviz.validators import check_choice, check_float, check_int
-
 
 SUMMED = ("overflow", "underflow_zero", "underflow_subnormal", "scales", "reductions")
 WORST = ("error_scores", "error_softmax")

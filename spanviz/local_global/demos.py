@@ -23,8 +23,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from spanviz.local_global.core import block_mask, dense_mask, head_mask_mod
 from spanviz.contexts import torch_threads
+from spanviz.local_global.core import block_mask, dense_mask, head_mask_mod
 from spanviz.validators import check_choice, check_float, check_int
 
 log = logging.getLogger(__name__)

@@ -9,8 +9,18 @@ import numpy as np
 import plotly.graph_objects as go
 
 from spanviz.plots.common import (
-    DASHES, GRAY, SYMBOLS, History, Trace, as_array, cycle_color, markers, rgba, series,
+    DASHES,
+    GRAY,
+    SYMBOLS,
+    History,
+    Trace,
+    as_array,
+    cycle_color,
+    markers,
+    rgba,
+    series,
 )
+
 
 # ------------------------------------------------------------------------------------ loss curves, seeds
 def seed_band(histories: Sequence[History], metric: str = "val_loss") -> dict[str, np.ndarray]:

@@ -10,7 +10,15 @@ import numpy as np
 import plotly.graph_objects as go
 
 from spanviz.plots.common import (
-    BLACK, DASHES, GRAY, OKABE_ITO, SYMBOLS, Trace, as_array, cycle_color, rgba,
+    BLACK,
+    DASHES,
+    GRAY,
+    OKABE_ITO,
+    SYMBOLS,
+    Trace,
+    as_array,
+    cycle_color,
+    rgba,
 )
 
 # ------------------------------------------------------------------------------------------------- FP8

@@ -11,8 +11,17 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from spanviz.plots.common import (
-    DASHES, SYMBOLS, History, Trace, as_array, block_mean, cycle_color, layer_series, markers,
+    DASHES,
+    SYMBOLS,
+    History,
+    Trace,
+    as_array,
+    block_mean,
+    cycle_color,
+    layer_series,
+    markers,
 )
+
 
 # -------------------------------------------------------------------------------------- local/global heads
 def mask_gap(n_cells: int) -> int:

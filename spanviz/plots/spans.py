@@ -11,7 +11,16 @@ import numpy as np
 import plotly.graph_objects as go
 
 from spanviz.plots.common import (
-    BLACK, GRAY, ORDER_COLORS, PATTERNS, History, Trace, as_array, cycle_color, keys_under, series,
+    BLACK,
+    GRAY,
+    ORDER_COLORS,
+    PATTERNS,
+    History,
+    Trace,
+    as_array,
+    cycle_color,
+    keys_under,
+    series,
 )
 
 

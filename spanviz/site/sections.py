@@ -18,6 +18,7 @@ import ipywidgets as W
 
 from spanviz.experiments.results import summarize
 from spanviz.plots.curves import loss_curves_figure
+from spanviz.site.explore import Pool, control_spec, fixed, record, widget_values
 from spanviz.store.listing import sweep_records
 from spanviz.widgets.alphas import COMMAND as ALPHAS_COMMAND
 from spanviz.widgets.alphas import AlphaResponse, response_records
@@ -27,7 +28,6 @@ from spanviz.widgets.growth import COMMAND as GROWTH_COMMAND
 from spanviz.widgets.growth import GrowthLab, lab_records
 from spanviz.widgets.local_global import MASK_ZOOM
 from spanviz.widgets.spans import pick_key
-from spanviz.site.explore import Pool, control_spec, fixed, record, widget_values
 
 SAFE_CELLS = ("SMOKE =", "= GPTConfig(", "Panel(")
 """Code cells the builder runs (as the notebook would): the parameters, the model's configuration, the panels."""

@@ -56,7 +56,14 @@ from torch import Tensor
 
 from spanviz.spans.config import SpanConfig, block_bits
 from spanviz.spans.core import (
-    QK_SIDES, SpanProjector, compute_dtype, no_autocast, qk4_alphas, qk_transform, ridge_gram, scale_score_grad,
+    QK_SIDES,
+    SpanProjector,
+    compute_dtype,
+    no_autocast,
+    qk4_alphas,
+    qk_transform,
+    ridge_gram,
+    scale_score_grad,
 )
 
 Attend = Callable[[Tensor, Tensor, Tensor], Tensor]

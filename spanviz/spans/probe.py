@@ -21,12 +21,18 @@ from torch import Tensor
 
 from spanviz.contexts import eval_mode
 from spanviz.spans.config import (
-    DEFAULT_RIDGE, Slot, SpanConfig, block_formulas, block_names, block_orders, resolve_ridge, resolve_slots,
+    DEFAULT_RIDGE,
+    Slot,
+    SpanConfig,
+    block_formulas,
+    block_names,
+    block_orders,
+    resolve_ridge,
+    resolve_slots,
 )
 from spanviz.spans.core import decompose
 from spanviz.spans.fused import ScoreGradFn, build_grad_fns
 from spanviz.validators import check_bool, check_int, check_tensor
-
 
 # ------------------------------------------------------------------------- span geometry (tensors only)
 

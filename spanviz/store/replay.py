@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from spanviz.data.tokens import run_tokenizer
-from spanviz.store.keys import (config_key, data_differences, index_run, read_replay_index, replay_key,
-                                same_vocabulary)
+from spanviz.store.keys import config_key, data_differences, index_run, read_replay_index, replay_key, same_vocabulary
 from spanviz.train import RunRecord
 
 logger = logging.getLogger("spanviz.store")

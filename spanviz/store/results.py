@@ -10,8 +10,17 @@ from pathlib import Path
 from typing import Any
 
 from spanviz.files import atomic_write, check_writable_folder, expand_user, read_bounded
-from spanviz.store.archive import (MAX_RECORD_BYTES, ImportReport, archived_record, archived_weights, open_archive,
-                                   record_from_json, record_payload, weights_fit, write_archive)
+from spanviz.store.archive import (
+    MAX_RECORD_BYTES,
+    ImportReport,
+    archived_record,
+    archived_weights,
+    open_archive,
+    record_from_json,
+    record_payload,
+    weights_fit,
+    write_archive,
+)
 from spanviz.store.keys import KEY_RE, STORABLE, config_key, default_root, index_run
 from spanviz.store.replay import Found, ReplayLookup
 from spanviz.store.weights import MAX_WEIGHTS_BYTES, NonFiniteWeightsError, pack_weights, unpack_weights

@@ -35,20 +35,28 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from spanviz.contexts import eval_mode, settle_vector_math
 from spanviz.data.batches import get_batch, iter_eval_batches
 from spanviz.memory import keep_freed_memory
 from spanviz.model import GPTConfig, TinyGPT
-from spanviz.contexts import eval_mode, settle_vector_math
 from spanviz.train.callbacks import ProbeSet, ProgressBar
-from spanviz.train.checkpoint import (CHECKPOINT_FORMAT, Checkpoint, CheckpointError, check_moments, check_state,
-                                      first_line, load_checkpoint, nonfinite_parameter, resumed_configs,
-                                      save_checkpoint)
+from spanviz.train.checkpoint import (
+    CHECKPOINT_FORMAT,
+    Checkpoint,
+    CheckpointError,
+    check_moments,
+    check_state,
+    first_line,
+    load_checkpoint,
+    nonfinite_parameter,
+    resumed_configs,
+    save_checkpoint,
+)
 from spanviz.train.config import TrainConfig, check_data, check_runnable, lr_at
 from spanviz.train.folder import RunFolder
 from spanviz.train.guards import Interruption, PrivateRNG
 from spanviz.train.protocols import Probe
-from spanviz.train.record import (CORE_KEYS, RunRecord, append_rows, environment, note_threads, run_config,
-                                  to_json_text)
+from spanviz.train.record import CORE_KEYS, RunRecord, append_rows, environment, note_threads, run_config, to_json_text
 from spanviz.validators import check_int
 
 logger = logging.getLogger(__name__)

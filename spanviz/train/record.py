@@ -29,8 +29,8 @@ from spanviz.provenance import code_identity
 
 if TYPE_CHECKING:  # annotations only
     from spanviz.model import GPTConfig
-    from spanviz.train.protocols import Probe
     from spanviz.train.config import TrainConfig
+    from spanviz.train.protocols import Probe
 
 logger = logging.getLogger(__name__)
 

@@ -38,8 +38,8 @@ import anywidget
 import ipywidgets as W
 import traitlets as T
 
-from spanviz.widgets.figure_widget import PlotlyFigure, encode_trait
 from spanviz.plots.span_blocks import DIM_OPACITY, order_coloraxis, span_block_alpha_table
+from spanviz.widgets.figure_widget import PlotlyFigure, encode_trait
 
 STATIC = pathlib.Path(__file__).parent / "static"
 ALPHA_VALUES = tuple(round(0.05 * k, 10) for k in range(41))

@@ -63,9 +63,9 @@ import anywidget
 import ipywidgets as W
 import numpy as np
 import plotly.graph_objects as go
-from plotly.offline import get_plotlyjs, get_plotlyjs_version
 import traitlets as T
 from IPython.display import publish_display_data
+from plotly.offline import get_plotlyjs, get_plotlyjs_version
 
 _NUMERIC_KINDS = "biuf"
 

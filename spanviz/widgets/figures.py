@@ -17,8 +17,9 @@ import ipywidgets as W
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from spanviz.widgets.figure_widget import PlotlyFigure, figure_state
 from spanviz.settings import ENV_STATIC, env_flag
+from spanviz.widgets.figure_widget import PlotlyFigure, figure_state
+
 
 def use_static(static: bool | None = None) -> bool:
     """Whether panels should draw static figures into an ``Output`` instead of live figure widgets.

@@ -10,22 +10,22 @@ import ipywidgets as W
 import numpy as np
 import plotly.graph_objects as go
 
-from spanviz import fp8, plots
 from spanviz.fp8.casting import utilisation
 from spanviz.fp8.demos import BoundsVsRank
+from spanviz.fp8.probe import FP8Probe, with_dynamic
 from spanviz.fp8.scaling import dynamic_scale
 from spanviz.fp8.strategies import PRACTICAL
 from spanviz.model import GPTConfig
+from spanviz.plots.fp8 import bound_vs_rank_data, bound_vs_rank_figure
+from spanviz.plots.fp8_training import fp8_series, fp8_training_data, fp8_training_figure
 from spanviz.runner import TrainerLike
 from spanviz.train import TrainConfig
 from spanviz.widgets import captions
-from spanviz.widgets.fp8_caption import fp8_training_caption
 from spanviz.widgets.defaults import DELTA_GRID, FACTOR_GRID, grid_slider
 from spanviz.widgets.figures import FigureView, side_by_side, slider
+from spanviz.widgets.fp8_caption import fp8_training_caption
 from spanviz.widgets.panel import ANALYTIC_THREADS, Panel
 from spanviz.widgets.specs import LOSS_VIEW, History, LiveView, RunSpec
-from spanviz.plots.fp8 import bound_vs_rank_data
-from spanviz.plots.fp8_training import fp8_series, fp8_training_data
 
 STRATEGIES = ("delayed", "dynamic", "theory", "deterministic", "calibrated")
 """The per-tensor strategies the panel's probe records (beside the per-row / block / tile ones of PRACTICAL)."""
@@ -120,7 +120,7 @@ class FP8Panel(Panel):
         return self.bounds.rows(float(self.controls["delta"].value))
 
     def _bounds_figure(self) -> go.Figure:
-        return plots.bound_vs_rank_figure(
+        return bound_vs_rank_figure(
             **self.bounds.curves(*self._settings()),
             title="largest |S| each strategy's E4M3 scale holds", subtitle="bound × 2^margin, vs the rank r")
 
@@ -156,7 +156,7 @@ class FP8Panel(Panel):
         data = self.training.data()
         r = int(v["rank"])
         cfg = replace(self.model_cfg, vocab_size=data.vocab_size, qk_rank=None if r == self.model_cfg.d_head else r)
-        probe = fp8.FP8Probe(every=1, delta=float(v["delta"]), margin=float(v["margin"]), strategies=STRATEGIES,
+        probe = FP8Probe(every=1, delta=float(v["delta"]), margin=float(v["margin"]), strategies=STRATEGIES,
                              practical=PRACTICAL)
         return [RunSpec(f"rank {r}", cfg, self._spiked_train_cfg(v), (probe,))]
 
@@ -194,7 +194,7 @@ class FP8Panel(Panel):
         """The FP8 figure's series of the run, the dynamic strategy included (derived from the recorded amax with
         the margin the run was probed with)."""
         h = _fp8_history(histories)
-        return None if h is None else fp8_series(fp8.with_dynamic(h, margin=self._probe_margin))
+        return None if h is None else fp8_series(with_dynamic(h, margin=self._probe_margin))
 
     def _fp8_data(self, histories: Mapping[str, History]) -> list[dict[str, Any]]:
         s = self._fp8_runs(histories)
@@ -213,4 +213,4 @@ class FP8Panel(Panel):
         if s is None:
             empty = np.zeros(0)
             s = {"steps": empty, "observed": empty, "bounds": {}, "overflows": {}}
-        return plots.fp8_training_figure(**s, spike=self._spike, max_step=self._max_step)
+        return fp8_training_figure(**s, spike=self._spike, max_step=self._max_step)

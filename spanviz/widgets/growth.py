@@ -13,8 +13,8 @@ from typing import Any
 
 import ipywidgets as W
 
-from spanviz import plots
 from spanviz.experiments import growth
+from spanviz.plots.curves import loss_curves_figure, seed_peaks, seed_peaks_data
 from spanviz.plots.growth import growth_curves_data, growth_curves_figure, lr_sweep_figure, selected_lr_shapes
 from spanviz.store import ResultsStore
 from spanviz.store.listing import sweep_records
@@ -110,9 +110,9 @@ def ls_gpu_view(store: Any = None) -> W.Widget:
         return W.HTML("No GPU runs in the results store: run the bundle cell near the top first.")
     runs = {GPU_NAMES[v].format(**sweep[v][0].config["model"]): [r.history for r in sweep[v]]
             for v in GPU_NAMES if v in sweep}
-    fig = plots.loss_curves_figure(runs, "logits/max", title="max logit at T 2048 on an H100 (mean ± std over seeds; "
+    fig = loss_curves_figure(runs, "logits/max", title="max logit at T 2048 on an H100 (mean ± std over seeds; "
                                    "stars: each seed's peak)")
-    fig.add_traces(plots.seed_peaks_data(runs, "logits/max"))
+    fig.add_traces(seed_peaks_data(runs, "logits/max"))
     fig.update_layout(yaxis_title="max |q·k|/√d_head")
-    caption = captions.seed_peaks_caption(plots.seed_peaks(runs, "logits/max"), what="peak max logit")
+    caption = captions.seed_peaks_caption(seed_peaks(runs, "logits/max"), what="peak max logit")
     return W.VBox([W.HTML(caption), FigureView(fig, name="gpu-max-logit").widget])

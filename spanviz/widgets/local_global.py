@@ -11,10 +11,10 @@ import ipywidgets as W
 import numpy as np
 import plotly.graph_objects as go
 
-from spanviz import plots
 from spanviz.local_global import LogitProbe
 from spanviz.local_global.demos import head_labels, head_masks
 from spanviz.model import GPTConfig
+from spanviz.plots.local_global import head_masks_data, head_masks_figure, max_logit_data, max_logit_figure
 from spanviz.runner import TrainerLike
 from spanviz.train import TrainConfig
 from spanviz.widgets import captions
@@ -22,7 +22,6 @@ from spanviz.widgets.defaults import LR_GRID, grid_slider
 from spanviz.widgets.figures import FigureView, computing, slider
 from spanviz.widgets.panel import ANALYTIC_THREADS, Panel
 from spanviz.widgets.specs import LOSS_DELTA_VIEW, History, LiveView, RunSpec
-from spanviz.plots.local_global import head_masks_data, max_logit_data
 
 
 def _logit_runs(histories: Mapping[str, History]) -> dict[str, History]:
@@ -30,7 +29,7 @@ def _logit_runs(histories: Mapping[str, History]) -> dict[str, History]:
 
 
 MAX_LOGIT_VIEW = LiveView("max_logit", lambda hs: max_logit_data(_logit_runs(hs)),
-                          lambda hs: plots.max_logit_figure(_logit_runs(hs)),
+                          lambda hs: max_logit_figure(_logit_runs(hs)),
                           caption=lambda hs: captions.max_logit_caption(_logit_runs(hs)))
 
 MASK_ZOOM = 24
@@ -107,7 +106,7 @@ class LocalGlobalPanel(Panel):
         return f"attention masks per head at T = {int(self.controls['context'].value)} (rows: query i, columns: key j)"
 
     def _masks_figure(self) -> go.Figure:
-        return plots.head_masks_figure(self.masks(), labels=self._labels(), zoom=MASK_ZOOM, title=self._masks_title())
+        return head_masks_figure(self.masks(), labels=self._labels(), zoom=MASK_ZOOM, title=self._masks_title())
 
     def update_context(self) -> None:
         """Redraw the masks at a new context T (other sizes and titles: a new figure in the same widget)."""

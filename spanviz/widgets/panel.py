@@ -9,15 +9,15 @@ from typing import Any
 import ipywidgets as W
 from threadpoolctl import ThreadpoolController
 
-from spanviz.widgets.figure_widget import PlotlyFigure
+from spanviz.contexts import torch_threads
 from spanviz.model import GPTConfig
 from spanviz.runner import Runner, TrainerLike
-from spanviz.contexts import torch_threads
 from spanviz.train import TrainConfig
+from spanviz.validators import check_int
 from spanviz.widgets.defaults import Defaults
+from spanviz.widgets.figure_widget import PlotlyFigure
 from spanviz.widgets.figures import FigureView, use_static
 from spanviz.widgets.specs import LiveView, RunSpec, default_train_cfg
-from spanviz.validators import check_int
 from spanviz.widgets.training import TrainingPanel, check_store
 
 ANALYTIC_THREADS = 1

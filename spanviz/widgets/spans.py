@@ -14,9 +14,9 @@ Source: arXiv 2512.13033 (span / violation scaling); the block construction is s
 from __future__ import annotations
 
 import contextlib
-from itertools import product
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from itertools import product
 from typing import Any
 
 import ipywidgets as W
@@ -24,24 +24,30 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
-from spanviz import plots
-from spanviz.plots.curves import relative_change_data, relative_change_series
-from spanviz.plots.span_blocks import span_block_cells, span_blocks_layout, span_blocks_traces
-from spanviz.plots.spans import energy_by_order_data, energy_series, span_toy_data, subspace_angles_data
-from spanviz.widgets.figure_widget import figure_state
+from spanviz.contexts import torch_threads
 from spanviz.model import GPTConfig, TinyGPT
+from spanviz.plots.curves import relative_change_data, relative_change_figure, relative_change_series
+from spanviz.plots.span_blocks import span_block_cells, span_blocks_figure, span_blocks_layout, span_blocks_traces
+from spanviz.plots.spans import (
+    energy_by_order_data,
+    energy_by_order_figure,
+    energy_series,
+    span_toy_data,
+    span_toy_figure,
+    subspace_angles_data,
+    subspace_angles_figure,
+)
 from spanviz.runner import TrainerLike
 from spanviz.spans import SpanConfig, SpanProbe, capture_score_grads, decompose, principal_angle_cosines
 from spanviz.spans.config import PRESETS, block_names, block_orders
 from spanviz.spans.demos import span_toy
-from spanviz.contexts import torch_threads
 from spanviz.train import TrainConfig
 from spanviz.widgets import captions
 from spanviz.widgets.block_scaler import BlockScaler
+from spanviz.widgets.figure_widget import figure_state
 from spanviz.widgets.figures import FigureView, computing, side_by_side, slider
 from spanviz.widgets.panel import ANALYTIC_THREADS, Panel, analytic_threads
 from spanviz.widgets.specs import LOSS_VIEW, History, LiveView, RunSpec
-
 
 ANGLE_PAIRS = ("Q–K", "Q–V", "K–V")
 """The pairs of spans whose principal angles are shown, in this order."""
@@ -183,8 +189,8 @@ class SpansPanel(Panel):
             key = self._load_head()
             blocks_state = self._blocks_state()
             figures = {
-                "toy": plots.span_toy_figure(self.toy, self.alphas[:2]),
-                "angles": plots.subspace_angles_figure(self._angles()),
+                "toy": span_toy_figure(self.toy, self.alphas[:2]),
+                "angles": subspace_angles_figure(self._angles()),
             }
             self._angles_shown = key[1:]  # (layer, head) of the angles view
         self.views["blocks"] = FigureView(go.Figure(*blocks_state), static=self.static, name="blocks")
@@ -251,7 +257,7 @@ class SpansPanel(Panel):
         cells, a = self._cells[key], self.alphas
         shape = (tuple(cells["orders"]), tuple(cells["names"]), cells["T"])
         if shape not in self._templates:
-            self._templates[shape] = figure_state(plots.span_blocks_figure(self.grads.blocks(*key), a))[1]
+            self._templates[shape] = figure_state(span_blocks_figure(self.grads.blocks(*key), a))[1]
         return span_blocks_traces(cells, a), {**self._templates[shape], **span_blocks_layout(cells, a)}
 
     def prefetch(self) -> list[str]:
@@ -359,7 +365,7 @@ class SpansPanel(Panel):
 
     def _delta_build(self, histories: Mapping[str, History]) -> go.Figure:
         d = self._delta(histories) or {"steps": np.zeros(0), "changes": {}, "noise": None}
-        return plots.relative_change_figure(
+        return relative_change_figure(
             **d, title="validation loss against standard: below 0 = better; gray band = seed noise "
                        "(standard with the next seed)")
 
@@ -380,4 +386,4 @@ class SpansPanel(Panel):
 
     def _energy_build(self, histories: Mapping[str, History]) -> go.Figure:
         e = self._energy(histories)
-        return plots.energy_by_order_figure(*(e or (np.zeros(0), {})), title=self._energy_title())
+        return energy_by_order_figure(*(e or (np.zeros(0), {})), title=self._energy_title())

@@ -11,10 +11,9 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from spanviz import plots
 from spanviz.data import load_tokens
 from spanviz.model import GPTConfig
-from spanviz.plots.curves import loss_curves_data, loss_delta_data
+from spanviz.plots.curves import loss_curves_data, loss_curves_figure, loss_delta_data
 from spanviz.settings import OFFLINE_SPLITS, resolve_data_source
 from spanviz.store import ResultsStore
 from spanviz.train import TrainConfig
@@ -66,14 +65,14 @@ def _loss_data(histories: Mapping[str, History]) -> list[dict[str, Any]]:
 
 
 def _loss_build(histories: Mapping[str, History]) -> go.Figure:
-    return plots.loss_curves_figure(histories, ("train_loss", "val_loss"), title="loss (solid: train, dashed: val)")
+    return loss_curves_figure(histories, ("train_loss", "val_loss"), title="loss (solid: train, dashed: val)")
 
 
 LOSS_VIEW = LiveView("loss", _loss_data, _loss_build, caption=captions.loss_caption)
 """The loss curves of every run (train solid, val dashed)."""
 LOSS_DELTA_VIEW = LiveView(
     "loss", lambda hs: [*_loss_data(hs), *loss_delta_data(hs)],
-    lambda hs: plots.loss_curves_figure(hs, ("train_loss", "val_loss"), delta=True,
+    lambda hs: loss_curves_figure(hs, ("train_loss", "val_loss"), delta=True,
                                         title="loss (solid: train, dashed: val); below: val loss against the first run's, "
                                               "in % (one seed each: no seed band here)"),
     caption=captions.loss_caption)

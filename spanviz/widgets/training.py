@@ -27,7 +27,6 @@ from spanviz.widgets.figure_widget import PlotlyFigure
 from spanviz.widgets.figures import FigureView, use_static
 from spanviz.widgets.specs import LOSS_VIEW, TRAIN_THREADS, History, LiveView, RunSpec, default_data, default_store
 
-
 logger = logging.getLogger(__name__)
 
 
