@@ -363,7 +363,7 @@ def lower_thread_priority(nice: int | None) -> int | None:
     = 1, and Jupyter starts every kernel in a session of its own), a nice value ranks threads only *within* their
     group — the kernel's own thread still wins over its training thread, but a training kernel as a whole keeps a
     group's share against the browser. What keeps the browser from falling behind several training kernels is the
-    back-pressure of live updates (:meth:`spanviz.widgets.figure_widget.PlotlyFigure.behind`).
+    back-pressure of live updates (:meth:`spanviz.widgets.figure.widget.PlotlyFigure.behind`).
     """
     if nice is None or not sys.platform.startswith("linux"):
         return None

@@ -32,7 +32,7 @@ import docstring_parser
 import pytest
 import torch
 
-from spanviz import cli, files
+from spanviz import files
 from spanviz.cli import main
 from spanviz.cli.app import COMMANDS
 from spanviz.experiments import read_per_seed

@@ -19,8 +19,8 @@ from plotly.offline import get_plotlyjs_version
 from spanviz import widgets
 from spanviz.model import GPTConfig
 from spanviz.runner import TRAIN_NICE, Job, Runner, lower_thread_priority
-from spanviz.widgets import figure_widget
-from spanviz.widgets.figure_widget import (
+from spanviz.widgets.figure import widget as figure_widget
+from spanviz.widgets.figure.widget import (
     HOLD_MAX_S,
     PLOTLY_REQUEST,
     REOPEN_HINT,
@@ -231,7 +231,7 @@ def test_priority_arguments_are_checked():
 
 
 def test_encode_passes_plain_json_through_and_still_converts_what_json_cannot_hold():
-    from spanviz.widgets.figure_widget import encode
+    from spanviz.widgets.figure.widget import encode
 
     template = {"layout": {"colorway": ["#636efa", "#EF553B"], "xaxis": {"gridcolor": "white", "ticks": ""},
                            "colorscale": {"sequential": [[0.0, "#0d0887"], [1.0, "#f0f921"]]}}, "n": [1, 2.5, None]}

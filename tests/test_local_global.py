@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import runpy
-import warnings
 from types import SimpleNamespace
 
 import numpy as np

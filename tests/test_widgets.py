@@ -23,8 +23,8 @@ from spanviz.plots.spans import subspace_angles_data
 from spanviz.runner import Job, Runner, append_rows
 from spanviz.train import TrainConfig
 from spanviz.widgets import spans as spans_widget
-from spanviz.widgets.figure_widget import SEEN, PlotlyFigure, encode
-from spanviz.widgets.figures import use_static
+from spanviz.widgets.figure.view import use_static
+from spanviz.widgets.figure.widget import SEEN, PlotlyFigure, encode
 from spanviz.widgets.local_global import MASK_ZOOM
 from spanviz.widgets.specs import default_data
 

@@ -7,12 +7,12 @@
   warm-up change: the process's CPU time (every thread: work handed to a BLAS worker would count) as the
   primary figure, wall time beside it. ``spans_preset_first_ms``: the first visit of a preset (an uncached
   decomposition). The spans α sliders are measured as a kernel without a page runs them (the blocks figure
-  redrawn by the kernel); in a page the blocks are rescaled there (:class:`spanviz.widgets.block_scaler.BlockScaler`).
+  redrawn by the kernel); in a page the blocks are rescaled there (:class:`spanviz.widgets.figure.block_scaler.BlockScaler`).
 * ``browser`` (only with ``browser=True``: it starts JupyterLab and Chromium) — the same controls in the page,
   from the key press (or dropdown pick) to the new figure drawn by plotly.js: what a student waits for
   (:func:`spanviz.bench.browser.bench_browser`; skipped without Chromium / Playwright). The spans preset, layer
   and head picks alternate between two values, so after the warm-up each is a pick the page has been sent before
-  and draws itself (:class:`~spanviz.widgets.block_scaler.BlockScaler`); ``spans_first_pick`` measures first
+  and draws itself (:class:`~spanviz.widgets.figure.block_scaler.BlockScaler`); ``spans_first_pick`` measures first
   visits (:data:`spanviz.bench.browser.FIRST_PICKS`: every pick once), drawn from the states the kernel sent ahead.
 * ``dashboard`` — one model trained in alternating chunks with and without the live dashboard (the
   :class:`~spanviz.widgets.TrainingPanel` loss view refreshed at 4 Hz) so drifts of a shared machine hit both

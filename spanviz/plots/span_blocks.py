@@ -168,7 +168,7 @@ def span_block_bars_top(rel: Sequence[float], orders: Sequence[int], alphas: Seq
 
 def span_block_alpha_table(cells: Mapping[str, Any], values: Sequence[Sequence[float]]) -> dict[str, Any]:
     """Every α-dependent value of :func:`span_blocks_layout` / :func:`span_blocks_traces`, for each α an order's
-    slider can take: the one α rule, evaluated here, for a page to look up (spanviz/widgets/static/span_alpha.js
+    slider can take: the one α rule, evaluated here, for a page to look up (spanviz/widgets/figure/static/span_alpha.js
     does no arithmetic of its own, so the page draws what these functions draw).
 
     Args:

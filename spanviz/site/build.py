@@ -25,7 +25,7 @@ from spanviz.site import sections as S
 from spanviz.site.explore import Pool, dumps
 from spanviz.site.markdown import render_markdown
 from spanviz.store import ResultsStore, load_bundle
-from spanviz.widgets.block_scaler import STATIC as WIDGET_STATIC
+from spanviz.widgets.figure.block_scaler import STATIC as WIDGET_STATIC
 
 HERE = Path(__file__).parent
 REPO_NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"

@@ -21,7 +21,7 @@ import ipywidgets as W
 import numpy as np
 from plotly.io.json import to_json_plotly
 
-from spanviz.widgets.block_scaler import slider_values
+from spanviz.widgets.figure.block_scaler import slider_values
 
 
 class Pool:

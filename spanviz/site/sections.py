@@ -22,8 +22,8 @@ from spanviz.site.explore import Pool, control_spec, fixed, record, widget_value
 from spanviz.store.listing import sweep_records
 from spanviz.widgets.alphas import COMMAND as ALPHAS_COMMAND
 from spanviz.widgets.alphas import AlphaResponse, response_records
-from spanviz.widgets.block_scaler import page_cells, slider_values
-from spanviz.widgets.figures import FigureView
+from spanviz.widgets.figure.block_scaler import page_cells, slider_values
+from spanviz.widgets.figure.view import FigureView
 from spanviz.widgets.growth import COMMAND as GROWTH_COMMAND
 from spanviz.widgets.growth import GrowthLab, lab_records
 from spanviz.widgets.local_global import MASK_ZOOM

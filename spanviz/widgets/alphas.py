@@ -17,7 +17,7 @@ from spanviz.store import ResultsStore
 from spanviz.store.listing import sweep_records
 from spanviz.train import RunRecord
 from spanviz.widgets import captions
-from spanviz.widgets.figures import FigureView
+from spanviz.widgets.figure.view import FigureView
 
 COMMAND = "spanviz sweep alphas --out results/alphas.json"
 """What makes the runs (about 30 minutes on 2 CPU cores; the shipped bundle has them)."""

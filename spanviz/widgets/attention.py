@@ -16,7 +16,7 @@ from spanviz import plots
 from spanviz.data.tokenizers import translate_ids
 from spanviz.model import GPTConfig, TinyGPT
 from spanviz.validators import check_int
-from spanviz.widgets.figures import FigureView
+from spanviz.widgets.figure.view import FigureView
 
 SHOWN_POSITIONS = 24
 """Positions shown at a time (their tokens written on the axes); the "from position" slider moves the window."""

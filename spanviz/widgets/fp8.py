@@ -22,7 +22,7 @@ from spanviz.runner import TrainerLike
 from spanviz.train import TrainConfig
 from spanviz.widgets import captions
 from spanviz.widgets.defaults import DELTA_GRID, FACTOR_GRID, grid_slider
-from spanviz.widgets.figures import FigureView, side_by_side, slider
+from spanviz.widgets.figure.view import FigureView, side_by_side, slider
 from spanviz.widgets.fp8_caption import fp8_training_caption
 from spanviz.widgets.panel import ANALYTIC_THREADS, Panel
 from spanviz.widgets.specs import LOSS_VIEW, History, LiveView, RunSpec

@@ -20,7 +20,7 @@ from spanviz.store import ResultsStore
 from spanviz.store.listing import sweep_records
 from spanviz.train import RunRecord
 from spanviz.widgets import captions
-from spanviz.widgets.figures import FigureView
+from spanviz.widgets.figure.view import FigureView
 
 COMMAND = "spanviz sweep growth --out results/growth.json"
 """What makes the lab's runs (about 90 min on 2 CPU cores; the shipped bundle has them)."""

@@ -19,7 +19,7 @@ from spanviz.runner import TrainerLike
 from spanviz.train import TrainConfig
 from spanviz.widgets import captions
 from spanviz.widgets.defaults import LR_GRID, grid_slider
-from spanviz.widgets.figures import FigureView, computing, slider
+from spanviz.widgets.figure.view import FigureView, computing, slider
 from spanviz.widgets.panel import ANALYTIC_THREADS, Panel
 from spanviz.widgets.specs import LOSS_DELTA_VIEW, History, LiveView, RunSpec
 

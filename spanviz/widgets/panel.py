@@ -15,8 +15,8 @@ from spanviz.runner import Runner, TrainerLike
 from spanviz.train import TrainConfig
 from spanviz.validators import check_int
 from spanviz.widgets.defaults import Defaults
-from spanviz.widgets.figure_widget import PlotlyFigure
-from spanviz.widgets.figures import FigureView, use_static
+from spanviz.widgets.figure.view import FigureView, use_static
+from spanviz.widgets.figure.widget import PlotlyFigure
 from spanviz.widgets.specs import LiveView, RunSpec, default_train_cfg
 from spanviz.widgets.training import TrainingPanel, check_store
 
@@ -139,7 +139,7 @@ class Panel:
 
     def settle(self) -> None:
         """Tell every figure of the panel that the input it shows busy for is handled (its redraws, if any, were sent
-        before this): :meth:`spanviz.widgets.figure_widget.PlotlyFigure.settled`. Static figures have no busy state."""
+        before this): :meth:`spanviz.widgets.figure.widget.PlotlyFigure.settled`. Static figures have no busy state."""
         for view in self.views.values():
             if isinstance(view.widget, PlotlyFigure):
                 view.widget.settled()

@@ -14,7 +14,7 @@ from torch import nn
 
 from spanviz.sampling import TextSample, sample_text
 from spanviz.validators import check_float, check_int
-from spanviz.widgets.figures import computing, slider
+from spanviz.widgets.figure.view import computing, slider
 from spanviz.widgets.panel import analytic_threads
 
 TOP_K_CHOICES = (1, 2, 5, 10, 20, 40, 100, 200, 1000)

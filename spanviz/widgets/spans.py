@@ -43,9 +43,9 @@ from spanviz.spans.config import PRESETS, block_names, block_orders
 from spanviz.spans.demos import span_toy
 from spanviz.train import TrainConfig
 from spanviz.widgets import captions
-from spanviz.widgets.block_scaler import BlockScaler
-from spanviz.widgets.figure_widget import figure_state
-from spanviz.widgets.figures import FigureView, computing, side_by_side, slider
+from spanviz.widgets.figure.block_scaler import BlockScaler
+from spanviz.widgets.figure.view import FigureView, computing, side_by_side, slider
+from spanviz.widgets.figure.widget import figure_state
 from spanviz.widgets.panel import ANALYTIC_THREADS, Panel, analytic_threads
 from spanviz.widgets.specs import LOSS_VIEW, History, LiveView, RunSpec
 

@@ -23,8 +23,8 @@ from spanviz.train.config import count_parameters
 from spanviz.train.record import describe_probe, run_config
 from spanviz.widgets import kernel_runs
 from spanviz.widgets.eta import StepRate, time_left
-from spanviz.widgets.figure_widget import PlotlyFigure
-from spanviz.widgets.figures import FigureView, use_static
+from spanviz.widgets.figure.view import FigureView, use_static
+from spanviz.widgets.figure.widget import PlotlyFigure
 from spanviz.widgets.specs import LOSS_VIEW, TRAIN_THREADS, History, LiveView, RunSpec, default_data, default_store
 
 logger = logging.getLogger(__name__)

@@ -90,7 +90,7 @@ def test_a_queued_redraw_shows_busy_at_once_and_clears_when_drawn(lab: dict, bro
 def test_plotly_js_that_fails_shows_one_line_in_the_box(lab: dict, browser, screenshot_dir: Path) -> None:
     name = write(lab, "_broken_plotly.ipynb", (
         "import plotly.graph_objects as go\n"
-        "from spanviz.widgets import figure_widget\n"
+        "from spanviz.widgets.figure import widget as figure_widget\n"
         "from spanviz.widgets import FigureView\n"
         "figure_widget.plotly_source = lambda: b\"throw new Error('plotly.js broken on purpose')\"\n"
         "view = FigureView(go.Figure(go.Scatter(y=[1, 2, 3])), name='broken')\n"
@@ -123,7 +123,7 @@ def test_a_figure_module_that_fails_shows_one_line_in_the_box(lab: dict, browser
     trait, source, says = BROKEN_MODULES[broken]
     name = write(lab, f"_broken_{broken}.ipynb", (
         "import traitlets as T\n"
-        "from spanviz.widgets.figure_widget import PlotlyFigure\n"
+        "from spanviz.widgets.figure.widget import PlotlyFigure\n"
         "class Broken(PlotlyFigure):\n"
         f"    {trait} = T.Unicode({source!r}).tag(sync=True)\n"
         "fig = Broken()\n"

@@ -1,6 +1,6 @@
 """The figure widget alone in a real Chromium: the toolchain check, and the cause of the blank figures.
 
-A tiny notebook with an IntSlider that rewrites a :class:`spanviz.widgets.figure_widget.PlotlyFigure` trace: run it,
+A tiny notebook with an IntSlider that rewrites a :class:`spanviz.widgets.figure.widget.PlotlyFigure` trace: run it,
 move the slider with the keyboard, and see the drawn data change. If this fails, the notebook tests cannot mean
 anything.
 

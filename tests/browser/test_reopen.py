@@ -3,7 +3,7 @@
 The saved notebook still holds its widget outputs, but no kernel has their models: JupyterLab's widget renderer
 writes "Error displaying widget: model not found" in their place and logs "widget model not found" to the console,
 once per output. spanviz puts a one-line hint before every widget output
-(spanviz.widgets.figure_widget.install_reopen_hint) whose style sheet shows it only then, in place of the error.
+(spanviz.widgets.figure.widget.install_reopen_hint) whose style sheet shows it only then, in place of the error.
 Running the notebook again brings the panel back.
 
 The console messages are JupyterLab's (jupyterlab-manager's renderer logs each missing model); spanviz cannot stop
@@ -21,7 +21,7 @@ from pathlib import Path
 from conftest import NOTEBOOKS
 from labpage import ACTIVE, Lab
 
-from spanviz.widgets.figure_widget import REOPEN_HINT, WIDGET_VIEW
+from spanviz.widgets.figure.widget import REOPEN_HINT, WIDGET_VIEW
 
 NOTEBOOK = "03_fp8_logit_bounds.ipynb"
 FIGURES = 3

@@ -4,7 +4,7 @@ An α slider changes nothing of the blocks figure's trace data (:func:`spanviz.p
 heatmaps hold the unscaled blocks, and α sets each order's colour range, the heights of the scaled norm bars
 (rectangles), the bars' axis range, the blocks' titles and, at α = 0, a heatmap's opacity. :class:`BlockScaler`
 sends what that needs once per preset, layer and head (names, orders, and the α table: ~25 KB); its front-end
-module (``spanviz/widgets/static/block_scaler.js``; it reaches the other widgets' models through anywidget's
+module (``spanviz/widgets/figure/static/block_scaler.js``; it reaches the other widgets' models through anywidget's
 host API, ``host.getModel``, nothing JupyterLab-specific) listens to the α
 sliders' models in the page and writes those few layout values into the blocks figure's model there, which redraws
 at once — and, since no trace data changed, plotly.js redraws only colours, shapes and titles (~15 ms in
@@ -24,7 +24,7 @@ too. A pick kept nowhere (beyond the prefetch's limits) is drawn by the kernel.
 The kernel and the page draw the same figure, from one rule: the page does no α arithmetic of its own; it looks
 every α-dependent value up in the table :func:`page_cells` sends with each state
 (:func:`spanviz.plots.span_blocks.span_block_alpha_table`, made by the functions that draw the figure in Python)
-with ``spanviz/widgets/static/span_alpha.js``, which the static site (:mod:`spanviz.site`) uses too.
+with ``spanviz/widgets/figure/static/span_alpha.js``, which the static site (:mod:`spanviz.site`) uses too.
 Source: spanviz.
 """
 
@@ -39,7 +39,7 @@ import ipywidgets as W
 import traitlets as T
 
 from spanviz.plots.span_blocks import DIM_OPACITY, order_coloraxis, span_block_alpha_table
-from spanviz.widgets.figure_widget import PlotlyFigure, encode_trait
+from spanviz.widgets.figure.widget import PlotlyFigure, encode_trait
 
 STATIC = pathlib.Path(__file__).parent / "static"
 ALPHA_VALUES = tuple(round(0.05 * k, 10) for k in range(41))
@@ -70,7 +70,7 @@ class BlockScaler(anywidget.AnyWidget):
     redraws a pick of preset, layer or head there from a state the kernel drew before.
 
     Args:
-        figure: the :class:`~spanviz.widgets.figure_widget.PlotlyFigure` that shows the blocks.
+        figure: the :class:`~spanviz.widgets.figure.widget.PlotlyFigure` that shows the blocks.
         sliders: the α0..α3 slider widgets, in order.
         pickers: the dropdowns whose picks name a blocks state (preset, layer, head): their labels joined by "|"
             are the ``key`` of :meth:`set_cells`. None: only α is handled in the page. The page keeps one state

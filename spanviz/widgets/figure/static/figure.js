@@ -1,6 +1,9 @@
 // spanviz's figure widget, stage two (loader.js imports it from the model's `_module` once per page): one plotly.js
 // figure drawn from the model's *state*.
 //
+// The messages between kernel and page (state, plotly.js, spanviz-seen, spanviz-settled) are described once, in
+// spanviz/widgets/figure/__init__.py; what follows says how this module plays its part.
+//
 // The Python side (spanviz/widgets/figure_widget.py) keeps the whole figure in two synced traits, `_data` (a list of
 // trace objects; numpy arrays arrive as binary buffers {dtype, shape, buffer}) and `_layout`. A view draws
 // whatever the model holds when plotly.js is ready and redraws with Plotly.react on every change of `_revision`

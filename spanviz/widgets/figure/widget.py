@@ -1,5 +1,7 @@
 """A plotly figure as a small, state-synced widget: what the panels draw into in JupyterLab.
 
+The messages between kernel and page are described once, in :mod:`spanviz.widgets.figure`.
+
 Why not plotly's own ``go.FigureWidget``: since plotly 6 it is an anywidget whose front-end module is the whole
 plotly.js bundle (≈ 5 MB), sent with every figure and imported afresh by the browser for each one. anywidget
 gives a model 2 s from its creation to import its module; past that it silently drops every message to that
@@ -334,7 +336,7 @@ class PlotlyFigure(anywidget.AnyWidget):
         """Replace the traces (and the layout, when given) in one message; views redraw with Plotly.react.
 
         ``redraw=False`` changes the state without a new revision: views that exist do not redraw (the page drew
-        the same figure already, e.g. :class:`spanviz.widgets.block_scaler.BlockScaler`'s α rescaling), views
+        the same figure already, e.g. :class:`spanviz.widgets.figure.block_scaler.BlockScaler`'s α rescaling), views
         made later draw it.
         """
         with self.hold_sync():

@@ -1,4 +1,4 @@
-"""Figures on screen: a :class:`FigureView` holds a live :class:`~spanviz.widgets.figure_widget.PlotlyFigure` or,
+"""Figures on screen: a :class:`FigureView` holds a live :class:`~spanviz.widgets.figure.widget.PlotlyFigure` or,
 where custom widgets render unreliably (Colab, VS Code), a static figure re-rendered into an ``Output``
 (:func:`use_static`); and the small layout helpers the panels share (sliders, side by side, "computing…")."""
 
@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from spanviz.settings import ENV_STATIC, env_flag
-from spanviz.widgets.figure_widget import PlotlyFigure, figure_state
+from spanviz.widgets.figure.widget import PlotlyFigure, figure_state
 
 
 def use_static(static: bool | None = None) -> bool:
@@ -60,7 +60,7 @@ built and is assumed to follow from the trace structure (a different structure r
 
 
 class FigureView:
-    """One figure on screen: a :class:`~spanviz.widgets.figure_widget.PlotlyFigure`, or a static ``go.Figure``
+    """One figure on screen: a :class:`~spanviz.widgets.figure.widget.PlotlyFigure`, or a static ``go.Figure``
     re-rendered into an ``Output`` (:func:`use_static`).
 
     The view keeps the figure as plain data (``data``: trace dicts, ``layout``: a dict), exactly what the
@@ -108,7 +108,7 @@ class FigureView:
     def show(self, data: Sequence[Mapping[str, Any]], layout: Mapping[str, Any], redraw: bool = True) -> None:
         """Show this whole state: trace dicts and a layout dict (e.g. a cached figure's, with new data) — no
         ``go.Figure`` is built. ``redraw=False``: the page has drawn it already (see
-        :meth:`~spanviz.widgets.figure_widget.PlotlyFigure.show`); a static view always re-renders."""
+        :meth:`~spanviz.widgets.figure.widget.PlotlyFigure.show`); a static view always re-renders."""
         with self._lock:
             self.updates += 1
             self.data, self.layout = [dict(t) for t in data], dict(layout)
