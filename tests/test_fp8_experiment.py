@@ -20,7 +20,7 @@ TINY_TRAIN = dict(batch_size=2, warmup_steps=0, eval_iters=1)
 
 def test_weight_swap_overflows_delayed_scaling_only(synthetic):
     res = exp.fp8_transients(
-        "weight_swap", steps=8, at_step=3, seeds=(0,), data=synthetic, scale_wq=8.0,
+        "weight_swap", steps=8, transient=exp.Transient(at_step=3, scale_wq=8.0), seeds=(0,), data=synthetic,
         model=TINY_MODEL, train=TINY_TRAIN, window=2,
     )  # fmt: skip
     json.dumps(res)
@@ -44,7 +44,8 @@ def test_fp8_sweep_keeps_runs_swaps_every_seed_and_tests_strategies_against_dela
     from spanviz.experiments.stats import compare_groups
     from spanviz.store import ResultsStore
 
-    kwargs = dict(seeds=2, steps=8, at_step=3, window=2, scale_wq=8.0, data=synthetic, model=TINY_MODEL,
+    kwargs = dict(seeds=2, steps=8, transient=exp.Transient(at_step=3, scale_wq=8.0), window=2, data=synthetic,
+                  model=TINY_MODEL,
                   train=TINY_TRAIN, scenarios=("none", "weight_swap"), margins=(0,))  # fmt: skip
     store = ResultsStore(tmp_path / "runs")
     res = exp.fp8_sweep(store=store, **kwargs)
@@ -94,7 +95,7 @@ def test_weight_swap_loads_checkpoint_weights(synthetic, tmp_path):
 def test_lr_spike_on_wikitext(wikitext_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("SPANVIZ_HOME", str(tmp_path))
     res = exp.fp8_transients(
-        "lr_spike", steps=6, at_step=2, lr_spike_factor=20.0, lr_spike_steps=2, seeds=(0,),
+        "lr_spike", steps=6, transient=exp.Transient(at_step=2, lr_spike_factor=20.0, lr_spike_steps=2), seeds=(0,),
         data_dir=wikitext_dir, max_vocab=512, model=TINY_MODEL, train=TINY_TRAIN,
     )  # fmt: skip
     assert res["data"]["splits"] == {"train": "validation", "eval": "test"}
@@ -108,8 +109,9 @@ def test_lr_spike_on_wikitext(wikitext_dir, tmp_path, monkeypatch):
 
 def test_argument_errors(synthetic):
     for kwargs, field in [
-        (dict(scenario="bogus"), "scenario"), (dict(steps=1), "steps"), (dict(at_step=7), "at_step"),
-        (dict(seeds=()), "seeds"), (dict(window=0), "window"), (dict(delta=2.0), "delta"),
+        (dict(scenario="bogus"), "scenario"), (dict(steps=1), "steps"),
+        (dict(transient=exp.Transient(at_step=7)), "at_step"), (dict(seeds=()), "seeds"), (dict(window=0), "window"),
+        (dict(probe=exp.ProbeSettings(delta=2.0)), "delta"), (dict(transient={"at_step": 2}), "Transient"),
     ]:  # fmt: skip
         with pytest.raises(ValueError, match=field):
             exp.fp8_transients(**{"steps": 8, "data": synthetic, **kwargs})

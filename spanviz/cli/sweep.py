@@ -316,7 +316,7 @@ def run_sweep(cmd: SweepCommand, executor: Any, data: Any, seeds: int | None, st
     if cmd.scenario is not None:
         kwargs["scenarios"] = (cmd.scenario,)
     if cmd.practical:
-        kwargs["practical"] = PRACTICAL
+        kwargs["probe"] = fp8_experiment.ProbeSettings(practical=PRACTICAL)
     if seeds is not None:
         kwargs["seeds"] = seeds
     outcomes = {"replayed": 0, "trained": 0, "failed": 0}

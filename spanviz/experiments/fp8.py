@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -132,6 +132,51 @@ class WeightSwap:
                     self.checkpoint_path or f"W_Q × {self.scale_wq:g}, layer {self.layer}")  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Transient:
+    """The sudden change injected into a run, for :func:`fp8_sweep` and :func:`fp8_transients`.
+
+    Attributes:
+        at_step: the update at which it starts (None: steps // 2): the LR spike's first update, or the update after
+            which the weights are swapped (the first affected probe is at_step + 1).
+        lr_spike_factor, lr_spike_steps: the spike (scenario "lr_spike": the LR × factor for that many updates).
+        scale_wq, checkpoint_path, layer: the swap (scenario "weight_swap"; see :class:`WeightSwap`;
+            ``checkpoint_path`` wins over ``scale_wq`` when given).
+    Checked where used (:func:`fp8_sweep`, before any data are loaded).
+    """
+
+    at_step: int | None = None
+    lr_spike_factor: float = 20.0
+    lr_spike_steps: int = 5
+    scale_wq: float | None = 4.0
+    checkpoint_path: str | os.PathLike[str] | None = None
+    layer: int | None = None
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    """What the runs' :class:`spanviz.fp8.FP8Probe` measures (its margin is the sweep's axis).
+
+    Attributes:
+        strategies: the scaling strategies compared (:data:`STRATEGIES`). practical: the fine-grained ones
+            (:data:`spanviz.fp8.strategies.PRACTICAL`: per row, per row rounded to a power of two, MX blocks of 32,
+            1×128 tiles), with their underflows, cast errors and costs. delta, fmt, history_len, burn_in: the probe's.
+    """
+
+    strategies: Sequence[str] = STRATEGIES
+    practical: Sequence[str] = ()
+    delta: float = 1e-3
+    fmt: str = "e4m3"
+    history_len: int = 1024
+    burn_in: int = 20
+
+    def probe(self, margin: float) -> fp8.FP8Probe:
+        """The probe of one run: every update, at ``margin``. Raises ValueError on bad settings."""
+        return fp8.FP8Probe(every=1, delta=self.delta, margin=margin, strategies=tuple(self.strategies),
+                            fmt=self.fmt, history_len=self.history_len, burn_in=self.burn_in,
+                            practical=tuple(self.practical))
+
+
 def variant_name(scenario: str, margin: float) -> str:
     """The sweep's name of one scenario at one margin, e.g. "lr_spike/margin=0"."""
     return f"{scenario}/margin={margin:g}"
@@ -147,22 +192,12 @@ def fp8_sweep(
     *,
     scenarios: Sequence[str] = ("none", "lr_spike", "weight_swap"),
     margins: Sequence[float] = (0, 1),
-    at_step: int | None = None,
-    lr_spike_factor: float = 20.0,
-    lr_spike_steps: int = 5,
-    scale_wq: float | None = 4.0,
-    checkpoint_path: str | os.PathLike[str] | None = None,
-    layer: int | None = None,
-    strategies: Sequence[str] = STRATEGIES,
-    delta: float = 1e-3,
-    fmt: str = "e4m3",
-    history_len: int = 1024,
-    burn_in: int = 20,
+    transient: Transient = Transient(),
+    probe: ProbeSettings = ProbeSettings(),
     model: Mapping[str, Any] | None = None,
     train: Mapping[str, Any] | None = None,
     device: str = "cpu",
     window: int = 10,
-    practical: Sequence[str] = (),
     data_dir: str | os.PathLike[str] | None = None,
     max_vocab: int | None = 8192,
     callbacks: Sequence[Callable[[Any, dict[str, Any]], None]] = (),
@@ -181,14 +216,11 @@ def fp8_sweep(
         progress: ``fn(done, total, label)`` after each run.
         scenarios: any of "none", "lr_spike", "weight_swap". margins: delayed-scaling and geometry margins
             (the probe's ``margin``, applied to every strategy), each >= 0.
-        at_step: the update at which the transient starts (default steps // 2; see :func:`fp8_transients`).
-        lr_spike_factor, lr_spike_steps, scale_wq / checkpoint_path, layer: the transients (see
-            :func:`fp8_transients`).
-        strategies, delta, fmt, history_len, burn_in: for :class:`spanviz.fp8.FP8Probe`.
-        practical: the probe's fine-grained strategies (:data:`spanviz.fp8.strategies.PRACTICAL`: per row, per row
-            rounded to a power of two, MX blocks of 32, 1×128 tiles); when given, the per-seed table gets a row for
-            each, and every strategy is also compared with delayed on :data:`~.fp8_runs.CAST_METRICS` (underflows
-            and errors of the cast); per-seed ``scales`` / ``reductions`` give each one's cost per update.
+        transient: the change injected (:class:`Transient`: when, the spike, the swap).
+        probe: what the probe measures (:class:`ProbeSettings`); with ``probe.practical``, the per-seed table gets
+            a row for each fine-grained strategy, every strategy is also compared with delayed on
+            :data:`~.fp8_runs.CAST_METRICS` (underflows and errors of the cast), and per-seed ``scales`` /
+            ``reductions`` give each one's cost per update.
         model, train: :data:`DEFAULT_MODEL` / :data:`DEFAULT_TRAIN` overrides. device: TrainConfig device.
         window: updates counted as "during the transient" from the first affected update, >= 1.
         callbacks: extra trainer callbacks for every trained run (e.g. per-update progress).
@@ -225,18 +257,17 @@ def fp8_sweep(
     train = check_train_overrides(train)
     if train.get("device", device) != device and device != "cpu":
         raise ValueError(f"device={device!r} and the train override device={train['device']!r} disagree; give one")
-    at_step = steps // 2 if at_step is None else at_step
+    if not isinstance(transient, Transient) or not isinstance(probe, ProbeSettings):
+        raise ValueError(f"transient must be a Transient and probe a ProbeSettings, got {type(transient).__name__} "
+                         f"and {type(probe).__name__}")
+    at_step = steps // 2 if transient.at_step is None else transient.at_step
     check_int("at_step", at_step, 0, steps - 2)
     check_int("window", window, 1)
-    strategies, practical = tuple(strategies), tuple(practical)
-
-    def make_probe(margin: float) -> fp8.FP8Probe:
-        return fp8.FP8Probe(every=1, delta=delta, margin=margin, strategies=strategies, fmt=fmt,
-                            history_len=history_len, burn_in=burn_in, practical=practical)  # fmt: skip
-
+    strategies, practical = tuple(probe.strategies), tuple(probe.practical)
     for margin in margins:
-        make_probe(margin)  # validates margin, delta, strategies, ... before loading data
-    swap_scale = None if checkpoint_path is not None else scale_wq
+        probe.probe(margin)  # validates margin, delta, strategies, ... before loading data
+    checkpoint_path, layer = transient.checkpoint_path, transient.layer
+    swap_scale = None if checkpoint_path is not None else transient.scale_wq
     if "weight_swap" in scenarios:
         WeightSwap(at_step, checkpoint_path=checkpoint_path, scale_wq=swap_scale, layer=layer)  # validate early
     executor = make_executor(executor)  # e.g. Ray missing: say so before loading data
@@ -248,7 +279,8 @@ def fp8_sweep(
     if "warmup_steps" not in train:  # short runs: warm-up capped at steps // 10, as the other sweeps do
         train_kw["warmup_steps"] = min(train_kw["warmup_steps"], steps // 10)
     base_train = TrainConfig(**{**train_kw, "steps": steps})
-    spike = dict(lr_spike_factor=lr_spike_factor, lr_spike_start=at_step, lr_spike_steps=lr_spike_steps)
+    spike = dict(lr_spike_factor=transient.lr_spike_factor, lr_spike_start=at_step,
+                 lr_spike_steps=transient.lr_spike_steps)
     variants: dict[str, tuple[GPTConfig, TrainConfig]] = {}
     setting: dict[str, tuple[str, float]] = {}
     for scenario in scenarios:
@@ -262,11 +294,11 @@ def fp8_sweep(
             return []
         return [WeightSwap(at_step, checkpoint_path=checkpoint_path, scale_wq=swap_scale, layer=layer)]
 
-    transient = {"at_step": at_step, "scale_wq": swap_scale, "layer": layer,
+    injected = {"at_step": at_step, "scale_wq": swap_scale, "layer": layer,
                  "checkpoint_path": None if checkpoint_path is None else str(checkpoint_path)}  # fmt: skip
     records = run_grid(variants, seeds, data, store=store, progress=progress, callbacks=callbacks,
-                       probes_factory=lambda name, cfg: [make_probe(setting[name][1])], callbacks_factory=swaps,
-                       tags={"experiment": "fp8", "size": size, "transient": transient}, executor=executor)  # fmt: skip
+                       probes_factory=lambda name, cfg: [probe.probe(setting[name][1])], callbacks_factory=swaps,
+                       tags={"experiment": "fp8", "size": size, "transient": injected}, executor=executor)  # fmt: skip
     event = {s: (at_step + 1 if s == "weight_swap" else at_step) for s in scenarios}
     table, runs = [], []
     for record in records:
@@ -303,10 +335,10 @@ def fp8_sweep(
         "strategies": [*strategies, *practical],
         "variants": {n: {"model": m.to_dict(), "train": t.to_dict()} for n, (m, t) in variants.items()},
         "settings": {"size": size, "seeds": seeds, "steps": steps, "scenarios": list(scenarios),
-                     "margins": list(margins), "fmt": fmt, "delta": delta, "history_len": history_len,
-                     "practical": list(practical),
-                     "burn_in": burn_in, "lr_spike_factor": lr_spike_factor, "lr_spike_steps": lr_spike_steps,
-                     **transient},  # fmt: skip
+                     "margins": list(margins), "fmt": probe.fmt, "delta": probe.delta,
+                     "history_len": probe.history_len, "practical": list(practical), "burn_in": probe.burn_in,
+                     "lr_spike_factor": transient.lr_spike_factor, "lr_spike_steps": transient.lr_spike_steps,
+                     **injected},  # fmt: skip
         "data": data.describe(),
     }
 
@@ -319,18 +351,9 @@ def fp8_transients(
     data: Any = None,
     data_dir: str | os.PathLike[str] | None = None,
     max_vocab: int | None = 8192,
-    at_step: int | None = None,
-    lr_spike_factor: float = 20.0,
-    lr_spike_steps: int = 5,
-    scale_wq: float | None = 4.0,
-    checkpoint_path: str | os.PathLike[str] | None = None,
-    layer: int | None = None,
-    strategies: Sequence[str] = STRATEGIES,
-    delta: float = 1e-3,
+    transient: Transient = Transient(),
+    probe: ProbeSettings = ProbeSettings(),
     margin: float = 0,
-    fmt: str = "e4m3",
-    history_len: int = 1024,
-    burn_in: int = 20,
     model: Mapping[str, Any] | None = None,
     train: Mapping[str, Any] | None = None,
     device: str = "cpu",
@@ -346,12 +369,8 @@ def fp8_transients(
         steps: updates per run, >= 2. seeds: one run per seed (non-empty, distinct).
         data: a :class:`spanviz.data.TokenData`; None loads WikiText-2 as :func:`fp8_sweep` does.
             max_vocab: word cap.
-        at_step: the update at which the transient starts (default steps // 2): the spike's first update,
-            or the update after which the weights are swapped (the first affected probe is at_step + 1).
-        lr_spike_factor, lr_spike_steps: the spike (scenario "lr_spike").
-        scale_wq / checkpoint_path, layer: the swap (scenario "weight_swap"; see :class:`WeightSwap`;
-            ``checkpoint_path`` wins over ``scale_wq`` when given).
-        strategies, delta, margin, fmt, history_len, burn_in: passed to :class:`spanviz.fp8.FP8Probe`.
+        transient: the change injected (:class:`Transient`). probe: what the probe measures
+            (:class:`ProbeSettings`); margin: its margin.
         model: :class:`GPTConfig` overrides of :data:`DEFAULT_MODEL` (``vocab_size`` defaults to the data's).
         train: :class:`spanviz.train.TrainConfig` overrides of :data:`DEFAULT_TRAIN`.
         device: "cpu", "cuda", "auto", ... window: updates counted as "during the transient" from the
@@ -380,9 +399,7 @@ def fp8_transients(
         hooks.append(lambda trainer, row: progress({**row, "seed": trainer.train_cfg.seed}))
     result = fp8_sweep(
         "cpu", seeds=seeds, steps=steps, data=data, store=store, scenarios=(scenario,), margins=(margin,),
-        at_step=at_step, lr_spike_factor=lr_spike_factor, lr_spike_steps=lr_spike_steps, scale_wq=scale_wq,
-        checkpoint_path=checkpoint_path, layer=layer, strategies=strategies, delta=delta, fmt=fmt,
-        history_len=history_len, burn_in=burn_in, model=model, train=train, device=device, window=window,
+        transient=transient, probe=probe, model=model, train=train, device=device, window=window,
         data_dir=data_dir, max_vocab=max_vocab, callbacks=hooks,
     )
     [spec] = result["variants"].values()
