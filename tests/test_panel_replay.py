@@ -163,3 +163,43 @@ def test_a_replayed_model_comes_with_the_words_its_ids_mean_or_is_not_shown(tmp_
     assert elsewhere.replayed_model("tiny GPT") is None and elsewhere.replayed_tokenizer("tiny GPT") is None
     assert elsewhere.status.value.endswith(html_escaped(
         "with another vocabulary than yours (its ids are other words), not to be had here: its model is not shown)"))
+
+
+def test_models_gives_the_runs_trained_here_and_the_replayed_runs_whose_weights_were_kept(tmp_path):
+    """What the comparison's samples read (notebooks 01 and 02): each run trained here, copied as it is now; after a
+    replay, the final weights the store kept; a replayed run without weights is left out, and the samples say so."""
+    from spanviz.widgets.sampling import SamplesView
+
+    class Data(FakeData):
+        tokenizer = "the data's tokenizer"
+
+    store = ResultsStore(tmp_path)
+    made = {}
+
+    def make(spec, data):
+        made[spec.label] = Trainer(spec.model_cfg, spec.train_cfg, data)
+        return made[spec.label]
+
+    specs = lambda: [RunSpec("a", SMALL, TINY_TRAIN), RunSpec("b", SMALL, TrainConfig(**{**TINY_TRAIN.to_dict(),  # noqa: E731
+                                                                                          "seed": 1}))]
+    here = TrainingPanel(specs, data=Data(), store=store, static=False, trainer_factory=make, keep_weights=True)
+    here.train(blocking=True)
+    models = here.models()
+    assert list(models) == ["a", "b"] and all(tok == "the data's tokenizer" for _, tok in models.values())
+    for label, (model, _) in models.items():
+        assert model is not made[label].model and not model.training  # a copy, in eval mode
+        assert all(torch.equal(p, q) for p, q in zip(model.state_dict().values(),
+                                                     made[label].model.state_dict().values()))
+    replay = TrainingPanel(specs, data=Data(), store=store, static=False, keep_weights=True)
+    replay.train(blocking=True)
+    assert replay.replayed == ["a", "b"] and list(replay.models()) == ["a", "b"]
+    torch.testing.assert_close(replay.models()["b"][0].state_dict()["lm_head.weight"],
+                               made["b"].model.state_dict()["lm_head.weight"], rtol=2e-3, atol=2e-4)  # float16
+    bare = ResultsStore(tmp_path / "bare")  # runs stored without their weights (as the shipped GPU runs are)
+    for key, record in store.records():
+        bare.put(record)
+    without = TrainingPanel(specs, data=Data(), store=bare, static=False)
+    without.train(blocking=True)
+    assert without.replayed == ["a", "b"] and without.models() == {}
+    samples = SamplesView(without.models, empty="no weights: train here")
+    assert samples.texts == {} and "no weights: train here" in samples.error.value

@@ -82,7 +82,7 @@ class LocalGlobalPanel(Panel):
         self.busy = W.HTML("")
         c["context"].observe(lambda _ch: self.update_context(), names="value")
         self._attach_training([MAX_LOGIT_VIEW, LOSS_DELTA_VIEW], data=data, store=store,
-                              trainer_factory=trainer_factory, refresh_hz=refresh_hz)
+                              trainer_factory=trainer_factory, refresh_hz=refresh_hz, keep_weights=True)
         note = W.HTML("<small>n_local, window p and context T redraw the masks now; context T, the split and the "
                       "learning rate apply to the next <b>Train</b>.</small>")
         self.widget = W.VBox([

@@ -108,10 +108,13 @@ class Panel:
 
     def _attach_training(self, live: Sequence[LiveView], *, data: Any, store: Any,
                          trainer_factory: Callable[[RunSpec, Any], TrainerLike] | None,
-                         refresh_hz: float) -> TrainingPanel:
-        """Make the training part: its buttons join ``controls`` and its live figures ``views`` (``train/…``)."""
+                         refresh_hz: float, keep_weights: bool = False) -> TrainingPanel:
+        """Make the training part: its buttons join ``controls`` and its live figures ``views`` (``train/…``);
+        ``keep_weights``: the store keeps each run's final weights (so what the models write can be read after a
+        replay: :meth:`TrainingPanel.models`)."""
         self.training = TrainingPanel(self._specs, live=live, data=data, store=store, trainer_factory=trainer_factory,
-                                      static=self.static, refresh_hz=refresh_hz, hint=self.replay_hint)
+                                      static=self.static, refresh_hz=refresh_hz, hint=self.replay_hint,
+                                      keep_weights=keep_weights)
         self.views.update({f"train/{k}": v for k, v in self.training.views.items()})
         self.controls.update(self.training.controls)
         return self.training

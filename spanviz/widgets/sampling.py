@@ -42,6 +42,7 @@ class SamplesView:
             final model of the replayed run".
         prompt, max_new_tokens, temperature, top_k (None = all), seed: the controls' first values (see
             :func:`spanviz.sampling.generate`).
+        empty: what to say while ``models()`` gives no model (e.g. that the replayed runs carry no weights).
     Raises:
         ValueError: a first value out of the controls' range: temperature in [0.05, 2], max_new_tokens in [1, 200],
         top_k None or >= 1, seed in [0, 2**31 - 1], prompt a string. (A top-k above a model's vocabulary size is
@@ -55,8 +56,9 @@ class SamplesView:
     """
 
     def __init__(self, models: Callable[[], Mapping[str, tuple[nn.Module, Any]]], *, prompt: str = "The",
-                 max_new_tokens: int = 40, temperature: float = 0.8, top_k: int | None = 40, seed: int = 0) -> None:
-        self.models_fn = models
+                 max_new_tokens: int = 40, temperature: float = 0.8, top_k: int | None = 40, seed: int = 0,
+                 empty: str = "no model to sample from yet") -> None:
+        self.models_fn, self.empty = models, str(empty)
         check_float("temperature", temperature, TEMPERATURE_RANGE[0], TEMPERATURE_RANGE[1])
         check_int("max_new_tokens", max_new_tokens, 1, MAX_NEW_TOKENS)
         check_int("seed", seed, 0, MAX_SEED_SHOWN)
@@ -109,6 +111,8 @@ class SamplesView:
             self.error.value = ""
         except ValueError as error:
             self.models, self.error.value = {}, f"<div style='color:#b00'>{html.escape(str(error))}</div>"
+        if not self.models and not self.error.value:
+            self.error.value = f"<i>{html.escape(self.empty)}</i>"
         self.samples = {}
         if list(self.models) != list(self.texts):
             self.texts = {name: W.HTML(layout=W.Layout(flex="1 1 0", min_width="0", padding="0 8px"))

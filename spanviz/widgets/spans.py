@@ -214,7 +214,7 @@ class SpansPanel(Panel):
         self._attach_training(
             [LiveView("delta", self._delta_data, self._delta_build, caption=self._delta_caption), LOSS_VIEW,
              LiveView("energy", self._energy_data, self._energy_build, self._energy_title)],
-            data=data, store=store, trainer_factory=trainer_factory, refresh_hz=refresh_hz,
+            data=data, store=store, trainer_factory=trainer_factory, refresh_hz=refresh_hz, keep_weights=True,
         )
         note = W.HTML(
             "<small>Blocks: spanviz's reconstruction (see docs/spans.md); α0 scales the bidirectional span "

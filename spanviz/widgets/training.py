@@ -5,6 +5,7 @@ defaults: :mod:`spanviz.widgets.specs`."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import html
 import io
 import logging
@@ -111,6 +112,7 @@ class TrainingPanel:
         self.hint, self._hint = hint, ""
         self.rate = StepRate()  # the measured step rate behind "about N s left"
         self.run_keys: frozenset[tuple[str, str]] = frozenset()
+        self._made: dict[str, Any] = {}  # label → the trainer the last Train made (what the model is now)
         self.following = False
         self.runner = Runner(on_update=self._on_update, on_finish=self._on_finish, refresh_hz=refresh_hz,
                              threads=threads)
@@ -179,7 +181,7 @@ class TrainingPanel:
         return find(config) if callable(find) else self.store.get(config)
 
     def _jobs(self, specs: Sequence[RunSpec]) -> list[Job]:
-        jobs, self.found = [], {}
+        jobs, self.found, self._made = [], {}, {}
         for spec in specs:
             stored = self._lookup(spec) if self.store is not None else None
             if isinstance(stored, Found):
@@ -193,7 +195,8 @@ class TrainingPanel:
                 continue
 
             def make(spec: RunSpec = spec) -> TrainerLike:
-                return self.trainer_factory(spec, self.data())
+                self._made[spec.label] = trainer = self.trainer_factory(spec, self.data())
+                return trainer
 
             on_complete = None
             if self.store is not None:
@@ -231,6 +234,20 @@ class TrainingPanel:
         except RuntimeError as error:
             raise ValueError(f"the weights kept for {label!r} do not fit its model: {str(error)[:200]}") from None
         return model.eval()
+
+    def models(self) -> dict[str, tuple[Any, Any]]:
+        """``{label: (model, tokenizer)}`` of the last Train's runs, for :class:`~spanviz.widgets.sampling.SamplesView`
+        (the same prompt and seed for every model): a replayed run's final weights where the store kept them, read
+        with the words its ids mean (:meth:`replayed_model`, :meth:`replayed_tokenizer`); a run trained here as its
+        model is now (a copy, on the CPU, with the data's tokenizer); a run that has neither is left out."""
+        out: dict[str, tuple[Any, Any]] = {}
+        for label in self.runner.histories:
+            model = self.replayed_model(label)
+            if model is not None:
+                out[label] = (model, self.replayed_tokenizer(label))
+            elif label in self._made and label not in self.runner.replayed and hasattr(self._made[label], "model"):
+                out[label] = (copy.deepcopy(self._made[label].model).cpu().eval(), self.data().tokenizer)
+        return out
 
     def replayed_tokenizer(self, label: str) -> Any:
         """The tokenizer whose words the ids of :meth:`replayed_model` mean, when the last Train replayed the run
@@ -280,7 +297,7 @@ class TrainingPanel:
     def _follow(self, other: TrainingPanel) -> Runner:
         """Show and control the runs ``other`` (a panel of an earlier page) is training, from now on here."""
         self.runner, self.found, self._hint, self.rate = other.runner, other.found, other._hint, other.rate
-        self.run_keys, self.following = other.run_keys, True
+        self.run_keys, self.following, self._made = other.run_keys, True, other._made
         self.runner.on_update, self.runner.on_finish = self._on_update, self._on_finish
         self._running_controls()
         self.status.value = "following the runs already training in this kernel (started from a page opened before)"
