@@ -196,7 +196,7 @@ def test_models_gives_the_runs_trained_here_and_the_replayed_runs_whose_weights_
     torch.testing.assert_close(replay.models()["b"][0].state_dict()["lm_head.weight"],
                                made["b"].model.state_dict()["lm_head.weight"], rtol=2e-3, atol=2e-4)  # float16
     bare = ResultsStore(tmp_path / "bare")  # runs stored without their weights (as the shipped GPU runs are)
-    for key, record in store.records():
+    for _, record in store.records():
         bare.put(record)
     without = TrainingPanel(specs, data=Data(), store=bare, static=False)
     without.train(blocking=True)

@@ -18,17 +18,17 @@ Panels (each a class with ``.widget`` to display, ``.controls`` and ``.views`` d
 * :class:`TrainingPanel` — the generic part: Train / Continue / Stop, progress per run, status / error area,
   live loss curves with seed bands, results-store replays. The technique panels embed one.
 
-Layout of the package: controls and layout only. :mod:`.figure` (the figure front end: :class:`FigureView`, static mode, layout
-helpers), :mod:`.figure_widget` (the figure widget itself), :mod:`.training` (:class:`TrainingPanel`), :mod:`.specs`
+Layout of the package: controls and layout only. :mod:`.figure` (the figure front end: :class:`FigureView`, static
+mode, layout helpers, the figure widget itself), :mod:`.training` (:class:`TrainingPanel`), :mod:`.specs`
 (:class:`RunSpec`, live views, default data / store / settings), :mod:`.panel` (the base class :class:`Panel` of
 the three technique panels), one file per technique panel. What a panel computes comes
 from the technique packages (:func:`spanviz.spans.capture_score_grads`, :func:`spanviz.local_global.demos.head_masks`,
 :class:`spanviz.fp8.demos.BoundsVsRank`) and what it draws from :mod:`spanviz.plots`.
 
-Rendering: a :class:`FigureView` holds a :class:`spanviz.widgets.figure.widget.PlotlyFigure` (JupyterLab, Notebook 7;
-the figure's whole state is synced, see that module for why not ``go.FigureWidget``) or, where custom widgets
-render unreliably (Colab, VS Code), a static ``go.Figure`` re-rendered into an ``Output`` (:func:`.figure.view.use_static`;
-override with ``static=`` or ``SPANVIZ_STATIC=1`` / ``0``). Updates push only trace data (``plots.*_data``);
+Rendering: a :class:`FigureView` holds a :class:`spanviz.widgets.figure.widget.PlotlyFigure` (JupyterLab, Notebook
+7; the figure's whole state is synced, see that module for why not ``go.FigureWidget``) or, where custom widgets
+render unreliably (Colab, VS Code), a static ``go.Figure`` re-rendered into an ``Output``
+(:func:`.figure.view.use_static`; override with ``static=`` or ``SPANVIZ_STATIC=1`` / ``0``). Updates push only trace data (``plots.*_data``);
 a new trace structure shows a newly built figure in the same widget.
 
 Training: :class:`spanviz.runner.Runner` — a daemon thread, refreshes at most ``refresh_hz`` (4 Hz) so the

@@ -73,8 +73,8 @@ LOSS_VIEW = LiveView("loss", _loss_data, _loss_build, caption=captions.loss_capt
 LOSS_DELTA_VIEW = LiveView(
     "loss", lambda hs: [*_loss_data(hs), *loss_delta_data(hs)],
     lambda hs: loss_curves_figure(hs, ("train_loss", "val_loss"), delta=True,
-                                        title="loss (solid: train, dashed: val); below: val loss against the first run's, "
-                                              "in % (one seed each: no seed band here)"),
+                                  title="loss (solid: train, dashed: val); below: val loss against the first run's, "
+                                        "in % (one seed each: no seed band here)"),
     caption=captions.loss_caption)
 """:data:`LOSS_VIEW` with a lower row: each run's val loss against the first run's, in percent — for panels whose
 runs end close together (their curves lie on top of each other above; the difference does not)."""
