@@ -28,8 +28,8 @@ from the technique packages (:func:`spanviz.spans.capture_score_grads`, :func:`s
 Rendering: a :class:`FigureView` holds a :class:`spanviz.widgets.figure.widget.PlotlyFigure` (JupyterLab, Notebook
 7; the figure's whole state is synced, see that module for why not ``go.FigureWidget``) or, where custom widgets
 render unreliably (Colab, VS Code), a static ``go.Figure`` re-rendered into an ``Output``
-(:func:`.figure.view.use_static`; override with ``static=`` or ``SPANVIZ_STATIC=1`` / ``0``). Updates push only trace data (``plots.*_data``);
-a new trace structure shows a newly built figure in the same widget.
+(:func:`.figure.view.use_static`; override with ``static=`` or ``SPANVIZ_STATIC=1`` / ``0``). Updates push only
+trace data (``plots.*_data``); a new trace structure shows a newly built figure in the same widget.
 
 Training: :class:`spanviz.runner.Runner` — a daemon thread, refreshes at most ``refresh_hz`` (4 Hz) so the
 kernel stays responsive; Stop ends a run after the current optimizer step; errors are shown in the panel.
