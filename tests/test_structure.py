@@ -3,8 +3,8 @@
 - no private name (``_x``) is imported from another file of ``spanviz/``, nor reached through a module alias;
 - the three technique packages share one template (``core.py``, ``probe.py``, ``demos.py``);
 - ``spanviz.cli`` exports ``main`` only;
-- at most 400 code lines per file (docstrings and comments are free; a warning above 300), ``fp8/core.py`` at
-  most 300;
+- a warning above 300 code lines per file (docstrings and comments are free): a question about responsibilities,
+  not a cap; ``fp8/core.py``, the file that *is* the technique, at most 300;
 - the package-level layer contract (pyproject ``[tool.importlinter]``) places every module by its package and
   fails on a planted upward import;
 - README.md, docs/*.md and the notebooks name only what a package face exports (``__all__``), or public names of
@@ -117,10 +117,10 @@ def test_cli_face_is_main() -> None:
     assert callable(spanviz.cli.main)
 
 
-CODE_LINES_WARN, CODE_LINES_MAX = 300, 400
+CODE_LINES_WARN = 300
 """A file's budget in *code* lines (docstrings, comments and blank lines are free: a file must never shorten its
-explanations to fit): above the first a warning asks whether it holds more than one responsibility; above the
-second the test fails."""
+explanations to fit): above it a warning asks whether the file holds more than one responsibility. No count fails
+the suite: files are split by responsibility, not to meet a number."""
 
 
 def code_lines(path: Path) -> int:
@@ -141,7 +141,7 @@ def code_lines(path: Path) -> int:
 
 def test_code_lines_per_file_within_budget_and_fp8_core_within_300() -> None:
     sizes = {str(p.relative_to(REPO)): code_lines(p) for p in SOURCES}
-    assert {k: v for k, v in sizes.items() if v > CODE_LINES_MAX} == {}
+    assert len(sizes) > 50 and sum(sizes.values()) > 10_000  # the package's files were read
     for name, n in sorted(sizes.items()):
         if n > CODE_LINES_WARN:
             warnings.warn(f"{name}: {n} code lines (budget {CODE_LINES_WARN}): one responsibility or several?",
