@@ -74,6 +74,9 @@ def test_notebook_is_committed_clean(path: Path) -> None:
     tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(tagged) == 1, f"{path.name}: expected one cell tagged 'parameters', found {len(tagged)}"
     assert 'os.environ.get("SPANVIZ_SMOKE"' in tagged[0].source
+    # saved as nbformat writes it (as JupyterLab and scripts/render_docs.py do): a rendering changes only its blocks
+    assert path.read_text() == nbformat.writes(nb) + "\n", f"{path.name}: not in nbformat's layout; rewrite it with " \
+        "nbformat.write (a hand-dumped JSON makes every render a diff)"
 
 
 @pytest.mark.timeout(900)
