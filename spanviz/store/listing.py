@@ -130,13 +130,9 @@ def matches(row: Mapping[str, Any], *, origin: str | None = None, device: str | 
 
 def sweep_records(store: Any, experiment: str, size: str) -> list[RunRecord]:
     """The runs of one sweep in a results store — ``config["tags"] == {"experiment": experiment, "size": size}`` — with
-    one record per (variant, seed), the last the store lists (e.g. the runs of notebook 02's growth lab)."""
-    tags = {"experiment": experiment, "size": size}
-    newest: dict[tuple[Any, Any], RunRecord] = {}
-    for _, record in store.records():
-        if record.config.get("tags") == tags:
-            newest[(record.config.get("variant"), record.config.get("seed"))] = record
-    return list(newest.values())
+    one record per (variant, seed), the last the store lists (e.g. the runs of notebook 02's growth lab): the runs of
+    :meth:`ResultsStore.sweep <spanviz.store.results.ResultsStore.sweep>`, variant by variant, in seed order."""
+    return [record for runs in store.sweep(experiment, size).values() for record in runs]
 
 
 __all__ = ["ORIGINS", "matches", "run_label", "run_row", "shipped_runs", "sweep_records"]
