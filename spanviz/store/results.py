@@ -356,15 +356,17 @@ class ResultsStore(ReplayLookup):
         with open_archive(path) as (archive, keys, report.about):
             weights_ok = weights_fit(archive, keys, report)
             for key in keys:
+                # a run the store holds, readable, is kept without reading the archive's copy (which it would not
+                # replace): opening a notebook a second time imports the shipped bundle in half the time
+                stored = None if overwrite else self._stored_record(key)  # None: a malformed key, too
+                if stored is not None:
+                    report.kept.append(key)
+                    report.records[key] = stored
+                    continue
                 try:
                     record = archived_record(archive, key)
                 except ValueError as error:
                     report.rejected.append((f"runs/{key}.json", str(error)))
-                    continue
-                stored = None if overwrite else self._stored_record(key)
-                if stored is not None:
-                    report.kept.append(key)
-                    report.records[key] = stored
                     continue
                 packed = None
                 if weights_ok:
@@ -376,7 +378,14 @@ class ResultsStore(ReplayLookup):
                 # fingerprint of a shipped run — config and start time — do not change).
                 record.environment = {**record.environment, "imported_from": Path(path).name[:200],
                                       "imported_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
-                self._write(key, record, record_payload(record, f"runs/{key}.json"), packed)
+                # the record passed record_from_json's checks as read; only two short strings were added, so it is
+                # written without checking it a second time (record_payload would), the size limit apart
+                payload = record.to_json().encode("utf-8")
+                if len(payload) > MAX_RECORD_BYTES:
+                    report.rejected.append((f"runs/{key}.json", f"{len(payload):,} bytes with its provenance, "
+                                                                f"more than {MAX_RECORD_BYTES:,}"))
+                    continue
+                self._write(key, record, payload, packed)
                 report.written.append(key)
                 report.records[key] = record
         return report
