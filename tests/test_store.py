@@ -117,6 +117,29 @@ def test_replay_returns_the_same_record(tmp_path):
     assert fresh.get(make_config(seed=7)) is None
 
 
+def test_a_record_read_again_is_a_fresh_copy_and_a_changed_file_is_read_again(tmp_path):
+    """load keeps what it read and checked (by the file's identity): a second read returns an equal record that
+    the first reader's changes do not reach; a file damaged or rewritten after the first read is read again."""
+    store = ResultsStore(tmp_path)
+    key = store.put(make_record())
+    first = store.load(key)
+    first.history["step"].append(99)
+    first.config["tags"]["mine"] = 1
+    second = ResultsStore(tmp_path).load(key)
+    assert second.history["step"] == [0, 1, 2] and second.config["tags"] == {}
+    assert second == make_record()
+    path = store.path(key)
+    text = path.read_text()
+    path.write_text(text.replace('"done"', '"edited"'))  # same size or not: written again, another identity
+    assert store.load(key).message == "edited"
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="not JSON"):
+        store.load(key)
+    path.unlink()
+    with pytest.raises(KeyError):
+        store.load(key)
+
+
 def test_put_refuses_partial_runs(tmp_path):
     store = ResultsStore(tmp_path)
     for status in ("running", "stopped", "interrupted"):

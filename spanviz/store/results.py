@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -36,6 +38,32 @@ def record_bytes(steps: int) -> int:
     """About how large a run's record gets in the store, an upper estimate: 1 KiB per update plus 1 MiB (a 300-update
     run with the FP8 probe on 2 layers, 50 history columns, wrote 207 KB: about 700 B per update)."""
     return 1024 * steps + 2**20
+
+
+_CHECKED: OrderedDict[tuple, bytes] = OrderedDict()
+"""Records this process has read from a store and checked, pickled, by the identity of their file
+(:func:`_identity`), least recently used first: a notebook reads the same runs again and again (the bundle's import,
+each panel's sweep and replay lookup), and every check of :meth:`ResultsStore.load` costs about 5 ms a run. A
+file written again (atomic writes replace it) has another identity, so it is read again."""
+CHECKED_BYTES = 256 * 2**20
+"""Most bytes :data:`_CHECKED` keeps."""
+
+
+def _identity(path: Path) -> tuple:
+    """What tells a file's content changed: its path, device, inode, size and modification and change times [ns]."""
+    st = path.stat()
+    return str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _remember(identity: tuple, pickled: bytes) -> None:
+    global _checked_bytes
+    _checked_bytes += len(pickled) - len(_CHECKED.pop(identity, b""))
+    _CHECKED[identity] = pickled
+    while _checked_bytes > CHECKED_BYTES:
+        _checked_bytes -= len(_CHECKED.popitem(last=False)[1])
+
+
+_checked_bytes = 0
 
 
 class ResultsStore(ReplayLookup):
@@ -105,7 +133,8 @@ class ResultsStore(ReplayLookup):
 
         The file is checked with ``stat`` before it is read: a regular file of at most :data:`MAX_RECORD_BYTES`
         (a huge or sparse file is refused without reading it), then every check of an imported run
-        (:func:`record_from_json`, a storable status, the key).
+        (:func:`record_from_json`, a storable status, the key). A file this process has read and checked before,
+        unchanged since (same inode, size and times), is not read again (:data:`_CHECKED`).
 
         Raises:
             KeyError: nothing stored under ``key``.
@@ -113,8 +142,15 @@ class ResultsStore(ReplayLookup):
                 run record, a partial run, or does not match its key (the message names the file).
         """
         path = self.path(key)
-        if not path.is_file():
+        try:
+            before = _identity(path) if path.is_file() else None
+        except FileNotFoundError:  # removed meanwhile
+            before = None
+        if before is None:
             raise KeyError(key)
+        if before in _CHECKED:  # read and checked before, and the file has not changed since
+            _CHECKED.move_to_end(before)
+            return pickle.loads(_CHECKED[before])  # a fresh copy: the caller may change it
         payload = read_bounded(path, MAX_RECORD_BYTES)
         record = record_from_json(payload, str(path))
         if config_key(record.config) != key:
@@ -122,6 +158,8 @@ class ResultsStore(ReplayLookup):
         if record.status not in STORABLE:
             raise ValueError(f"{path} holds a partial run (status {record.status!r}, not one of {STORABLE}); remove "
                              "the file")
+        if _identity(path) == before:  # not replaced while it was read
+            _remember(before, pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
         return record
 
     def put(self, record: RunRecord, weights: Mapping[str, Any] | None = None) -> str:
