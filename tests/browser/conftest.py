@@ -152,3 +152,13 @@ def screenshot_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         out.mkdir(parents=True, exist_ok=True)
         return out
     return tmp_path_factory.mktemp("screenshots")
+
+
+@pytest.fixture(scope="package")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The static site (``spanviz site``), built once for the site tests of every browser."""
+    from spanviz.site import build_site
+
+    out = tmp_path_factory.mktemp("site")
+    build_site(out)
+    return out

@@ -15,19 +15,12 @@ import pytest
 from spanviz.local_global.demos import head_masks
 from spanviz.plots.local_global import head_masks_data
 from spanviz.plots.span_blocks import span_blocks_layout, span_blocks_traces
-from spanviz.site import build_site, drive
+from spanviz.site import drive
 from spanviz.site.sections import data_stand_in, run_cells
 from spanviz.widgets.local_global import MASK_ZOOM
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = ["index", "00_tour", "01_spans_and_violations", "02_local_global_heads", "03_fp8_logit_bounds", "comparisons"]
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("site")
-    build_site(out)
-    return out
 
 
 def open_offline(browser, path: Path):
