@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -120,6 +121,51 @@ def test_masks_page_agrees_with_python(browser, site: Path) -> None:
                 g = np.array([[math.nan if v is None else v for v in row] for row in got], dtype=float)
                 assert g.shape == w.shape, (n_local, window, context)
                 assert np.allclose(g, w, atol=1e-6, equal_nan=True), (n_local, window, context)
+        assert not errors
+    finally:
+        page.close()
+
+
+def test_bounds_caption_and_table_state_the_drawn_numbers(browser, site: Path) -> None:
+    """03's bounds: what the scale table and the caption say at r is what the figure draws at x = r (3 significant
+    figures, as printed) — the bounds (drawn times the margin 2^m), the observed max |S|, and the caption's "×"
+    ratio of the rank-aware bound at r (or 1) to the one at r = d_head — for settings across the grid of r, δ and
+    margin."""
+    page, errors, _, _ = open_offline(browser, site / "03_fp8_logit_bounds.html")
+    section = "03_fp8_logit_bounds-bounds"
+    try:
+        ctl = {c["name"]: c for c in page.evaluate(f"() => window.__sv.sections['{section}'].spec.controls")}
+        n_rank = len(ctl["rank"]["values"])
+        for rank, delta, margin in [(n_rank - 1, 12, 0), (3, 0, 2), (0, len(ctl["delta"]["values"]) - 1, 4),
+                                    (7, 5, 1)]:
+            for name, index in (("rank", rank), ("delta", delta), ("margin", margin)):
+                drive.move(page, section, name, index)
+            shown = page.evaluate(f"""() => {{ const s = window.__sv.sections['{section}'];
+                return {{caption: s.divs['bounds-caption'].innerText, table: s.divs['scales'].innerText,
+                         traces: s.divs['bounds'].data.map((t) => [t.name, Array.from(t.x), Array.from(t.y)])}}; }}""")
+            r, m = ctl["rank"]["values"][rank], ctl["margin"]["values"][margin]
+            # the figure draws each bound times the margin 2^m ("rank-aware × 2^2"); the table states the bound
+            suffix = f" × 2^{m}" if m else ""
+            at = {name.removesuffix(suffix): dict(zip(x, y)) for name, x, y in shown["traces"]}
+            rows = dict(re.findall(r"^(deterministic|rank-agnostic|rank-aware|dynamic)\t([0-9.e+-]+)\t",
+                                   shown["table"], flags=re.M))
+            drawn = {"deterministic": at["worst case"][r] / 2**m, "rank-agnostic": at["rank-agnostic"][r] / 2**m,
+                     "rank-aware": at["rank-aware"][r] / 2**m, "dynamic": at["observed max |S|"][r]}
+            assert sorted(rows) == sorted(drawn), shown["table"]
+            for name, value in drawn.items():
+                assert float(rows[name]) == pytest.approx(value, rel=6e-3), (r, m, name, rows[name], value)
+            assert f"r = {r}," in shown["table"], shown["table"]
+            observed = float(re.search(r"observed max \|S\| = ([0-9.]+)", shown["table"]).group(1))
+            assert observed == pytest.approx(drawn["dynamic"], rel=6e-3)
+            # "rank r = a instead of d_head makes the rank-aware bound only ×q as large, not the ×√(a/d_head) …"
+            # (a = r, or 1 when r = d_head)
+            said = re.search(r"rank r = (\d+) instead of (\d+) makes the rank-aware bound only ×([0-9.]+) as large, "
+                             r"not the ×([0-9.]+)", shown["caption"])
+            aware = at["rank-aware"]
+            a, d_head = int(said.group(1)), int(said.group(2))
+            assert (a, d_head) == ((r if r < max(aware) else min(aware)), max(aware)), shown["caption"]
+            assert float(said.group(3)) == pytest.approx(aware[a] / aware[d_head], abs=6e-3), shown["caption"]
+            assert float(said.group(4)) == pytest.approx(math.sqrt(a / d_head), abs=6e-3), shown["caption"]
         assert not errors
     finally:
         page.close()
