@@ -14,8 +14,9 @@
 // at about 16). HTML views (captions) are set each time: they are cheap.
 //
 // Idle drawing: after the page's first drawing, and whenever the controls have rested REST_MS, the settings one
-// step to either side of each control are drawn (hidden) for each view that depends on it; a WebGL view draws one
-// setting ahead, the next step of the control moved last (its first control at the start). One drawing per idle
+// step to either side of each control are drawn (hidden) for each view that depends on it, except in a WebGL view:
+// it would drop the setting shown before (two plots); it only draws its second plot ahead, once, at the next step
+// of its first control (a new WebGL context is slow to make: a second in software GL). One drawing per idle
 // slot (requestIdleCallback, else setTimeout), sections on screen first; an input stops it and the next rest
 // starts it over. So a drag onto the next value usually finds its plot drawn.
 //
@@ -51,7 +52,6 @@
         (view.masks && ["n_local", "window", "context"].includes(name));
     }
     const divs = {}, views = {};
-    const moved = { name: null, step: 1 }; // the control moved last and the direction (for WebGL views' idle drawing)
     const all = spec.views.map((view) => {
       const el = document.createElement("div");
       el.dataset.view = view.name;
@@ -172,13 +172,9 @@
     }
     function neighbours() {
       const tasks = [];
-      for (const v of all.filter((w) => w.gl)) { // one step ahead: the control moved last, in the same direction
-        const name = v.deps.includes(moved.name) ? moved.name : v.deps[0];
-        if (name === undefined) continue;
-        const n = byName[name].labels.length;
-        let k = idx[name] + moved.step;
-        if (k < 0 || k >= n) k = idx[name] - moved.step; // at an end: the step back
-        if (k >= 0 && k < n) tasks.push(ahead(v, { ...idx, [name]: k }));
+      for (const v of all.filter((w) => w.gl && w.plots.length < w.capacity && w.deps.length)) {
+        const name = v.deps[0], k = idx[name] + 1 < byName[name].labels.length ? idx[name] + 1 : idx[name] - 1;
+        if (k >= 0) tasks.push(ahead(v, { ...idx, [name]: k }));
       }
       for (const c of spec.controls) {
         for (const step of [1, -1]) {
@@ -215,9 +211,7 @@
         // from the event's creation: a drawing under way when it came (idle drawing included) counts too
         const t0 = event.timeStamp > 0 ? event.timeStamp : performance.now();
         inputArrived();
-        const k = Number(input.value);
-        if (k !== idx[c.name]) Object.assign(moved, { name: c.name, step: k > idx[c.name] ? 1 : -1 });
-        idx[c.name] = k;
+        idx[c.name] = Number(input.value);
         out.textContent = c.kind === "select" ? "" : c.labels[idx[c.name]];
         const mine = all.filter((v) => depends(v.view, c.name));
         const shown = mine.map(render);
