@@ -231,7 +231,8 @@
 
   // Idle drawing (see the top): started when the controls have rested, stopped by an input (epoch moves on).
   let sections = [], epoch = 0, restTimer = null;
-  const idleSlot = (f) => (window.requestIdleCallback ? requestIdleCallback(f, { timeout: 1000 }) : setTimeout(f, 50));
+  const idleSlot = (f) => (window.requestIdleCallback
+    ? requestIdleCallback(f, { timeout: 1000 }) : setTimeout(f, 50));
   function inputArrived() {
     epoch++;
     sv.idle = false;
@@ -259,7 +260,10 @@
     for (const { section, draws } of sections) {
       for (const draw of draws) {
         await draw();
-        if (sv.first === null && section.querySelector(".js-plotly-plot")) { await painted(); sv.first = performance.now(); }
+        if (sv.first === null && section.querySelector(".js-plotly-plot")) {
+          await painted();
+          sv.first = performance.now();
+        }
       }
     }
     await painted();
