@@ -9,9 +9,11 @@
 // size display: none elements) and, once drawn, sv-kept (content-visibility: hidden: the browser keeps their
 // layout and skips their style, so showing one costs a few ms, not a restyle of its whole SVG). A control moved
 // to a setting drawn before swaps which plot is shown: no plotly call. A setting not drawn yet is drawn hidden
-// into a new plot (or the least recently shown one), then shown. Views with WebGL traces (scatter3d, mesh3d…)
-// keep two plots (to and fro between two values finds both drawn; browsers cap the live WebGL contexts of a page
-// at about 16). HTML views (captions) are set each time: they are cheap.
+// into the least recently shown plot, then shown (plotly redraws a plot faster than it makes one: it keeps its
+// axes); new plots are made when the page is idle, up to `capacity` (or for an input when the view has no plot
+// to spare). Views with WebGL traces (scatter3d, mesh3d…) keep two plots (to and fro between two values finds
+// both drawn; browsers cap the live WebGL contexts of a page at about 16). HTML views (captions) are set each
+// time: they are cheap.
 //
 // Idle drawing: after the page's first drawing, and whenever the controls have rested REST_MS, the settings one
 // step to either side of each control are drawn (hidden) for each view that depends on it, except in a WebGL view:
@@ -89,11 +91,11 @@
       return { data, layout: { ...structuredClone(layout), autosize: true } };
     }
 
-    // The plot that will hold a new key: a new one while the view is under capacity, else the least recently
-    // used one neither shown nor being drawn.
-    function plotFor(v, key) {
+    // The plot that will hold a new key: the least recently used one neither shown nor being drawn, or a new one
+    // while the view is under capacity and the page is idle (`idle`), or when there is none to spare.
+    function plotFor(v, key, idle) {
       const free = v.plots.filter((p) => p !== v.shown && !p.busy);
-      if (v.plots.length < v.capacity || !free.length) {
+      if (!free.length || (idle && v.plots.length < v.capacity)) {
         const div = document.createElement("div");
         div.className = "sv-fig sv-hidden";
         div.dataset.view = v.view.name;
@@ -153,7 +155,7 @@
       v.want = key;
       let p = v.plots.find((q) => q.key === key);
       const before = p !== undefined && !p.busy;
-      if (p === undefined) p = drawInto(v, plotFor(v, key), { ...idx });
+      if (p === undefined) p = drawInto(v, plotFor(v, key, false), { ...idx });
       p.used = ++clock;
       const promise = p.ready.then(() => { if (v.want === key && p.key === key) show(v, p); });
       return { before, promise };
@@ -165,7 +167,7 @@
       return () => {
         const key = keyOf(v, at);
         if (v.plots.some((q) => q.key === key)) return false;
-        const p = drawInto(v, plotFor(v, key), at);
+        const p = drawInto(v, plotFor(v, key, true), at);
         p.used = ++clock;
         return true;
       };
