@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 READY_JS = "() => window.__sv && window.__sv.ready"
-DRAWN_JS = """() => Array.from(document.querySelectorAll('section.sv-x .sv-fig')).map((d) => ({
+# the plot each figure view shows now (a view keeps the plots it drew before, hidden: class sv-hidden)
+DRAWN_JS = """() => Array.from(document.querySelectorAll('section.sv-x .sv-fig:not(.sv-hidden)')).map((d) => ({
   section: d.closest('section').dataset.x, view: d.dataset.view,
   traces: d._fullData ? d._fullData.length : 0,
   points: d._fullData ? d._fullData.reduce((s, t) => s + ['x', 'y', 'z'].reduce(
@@ -31,8 +32,16 @@ MOVE_JS = """([section, name, index]) => new Promise((resolve) => {
   input.value = String(index);
   input.dispatchEvent(new Event('input', {bubbles: true}));
   const wait = () => window.__sv.timings.length > before
-    ? resolve(window.__sv.timings[window.__sv.timings.length - 1].ms) : setTimeout(wait, 1);
+    ? resolve(window.__sv.timings[window.__sv.timings.length - 1]) : setTimeout(wait, 1);
   wait(); })"""
+IDLE_JS = "() => window.__sv && window.__sv.ready && window.__sv.idle !== false"  # a page without it: idle
+PLOTS_JS = """([section]) => { const s = window.__sv.sections[section]; const out = {};
+  for (const [name, v] of Object.entries(s.views)) out[name] = {gl: v.gl, capacity: v.capacity,
+    plots: v.plots().map((d) => { const st = getComputedStyle(d);
+      return {shown: d === s.divs[name], visibility: st.visibility, position: st.position,
+              height: d.getBoundingClientRect().height, drawn: !!d._fullData}; }),
+    holder_height: s.divs[name] ? s.divs[name].parentElement.getBoundingClientRect().height : 0};
+  return out; }"""
 
 
 def block_network(page: Any) -> list[str]:
@@ -59,7 +68,8 @@ def open_page(page: Any, path: Path, timeout_ms: float = 120_000) -> dict[str, A
 
 
 def drawn(page: Any) -> list[dict[str, Any]]:
-    """Every figure of the page: section, view, number of traces and of drawn values (x, y, z lengths)."""
+    """Every figure the page shows (one plot per figure view: the one shown now): section, view, number of traces
+    and of drawn values (x, y, z lengths)."""
     return page.evaluate(DRAWN_JS)
 
 
@@ -73,7 +83,26 @@ def signature(page: Any, section: str) -> dict[str, str]:
     return page.evaluate(SIGNATURE_JS, [section])
 
 
+def move_timed(page: Any, section: str, name: str, index: int) -> dict[str, Any]:
+    """Set a control to its value ``index`` as a person would (an input event); returns the page's record of it:
+    ``{"control", "ms"`` (from the input to the redraw painted)``, "drawn_before"`` (every figure it shows was
+    drawn already: only shown, not drawn)``, "drawn"`` (the views it had to draw)``}``."""
+    return page.evaluate(MOVE_JS, [section, name, index])
+
+
 def move(page: Any, section: str, name: str, index: int) -> float:
     """Set a control to its value ``index`` as a person would (an input event); returns ms from the input to the
     redraw painted, as the page measured it."""
-    return float(page.evaluate(MOVE_JS, [section, name, index]))
+    return float(move_timed(page, section, name, index)["ms"])
+
+
+def wait_idle(page: Any, timeout_ms: float = 120_000) -> None:
+    """Wait until the page's idle drawing (the settings next to the controls' ones, drawn ahead) is done."""
+    page.wait_for_function(IDLE_JS, timeout=timeout_ms)
+
+
+def plots(page: Any, section: str) -> dict[str, dict[str, Any]]:
+    """The plots each figure view of a section holds: ``{view: {"gl", "capacity", "holder_height", "plots":
+    [{"shown"`` (the one ``__sv.sections[section].divs[view]`` names)``, "visibility", "position", "height",
+    "drawn"}]}}``."""
+    return page.evaluate(PLOTS_JS, [section])

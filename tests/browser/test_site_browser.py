@@ -169,3 +169,71 @@ def test_bounds_caption_and_table_state_the_drawn_numbers(browser, site: Path) -
         assert not errors
     finally:
         page.close()
+
+
+def assert_one_plot_shown(page, section: str) -> dict:
+    """Each figure view of the section shows one plot (visible, in the flow, the one ``divs`` names, the holder
+    as tall as it); the others are hidden, absolutely placed over it; no view holds more than its bound."""
+    views = drive.plots(page, section)
+    for name, v in views.items():
+        visible = [p for p in v["plots"] if p["visibility"] == "visible"]
+        assert len(visible) == 1 and visible[0]["shown"], (name, v)
+        assert visible[0]["position"] != "absolute" and visible[0]["drawn"], (name, v)
+        assert all(p["position"] == "absolute" for p in v["plots"] if not p["shown"]), (name, v)
+        assert abs(v["holder_height"] - visible[0]["height"]) < 1, (name, v)
+        assert len(v["plots"]) <= v["capacity"], (name, v)
+    return views
+
+
+def test_kept_plots_show_what_a_fresh_draw_shows(browser, site: Path) -> None:
+    """A view keeps the plots it drew: a control moved away and back shows again the plot drawn for that setting
+    (the same element, showing the same), one plot per view visible; a plot drawn ahead while the page was idle,
+    or redrawn after many settings, shows what a page drawing that setting for the first time shows; the WebGL
+    view (the toy surface) holds at most two plots."""
+    section = "01_spans_and_violations-spans"
+    page, errors, _, _ = open_offline(browser, site / "01_spans_and_violations.html")
+    fresh, fresh_errors, _, _ = open_offline(browser, site / "01_spans_and_violations.html")
+    try:
+        ctl = {c["name"]: c for c in drive.controls(page) if c["section"] == section}
+        assert drive.plots(page, section)["toy"]["gl"] and drive.plots(page, section)["toy"]["capacity"] <= 2
+        for name in ("alpha2", "layer", "alpha0", "preset"):
+            a = ctl[name]["index"]
+            b = a + 1 if a + 1 < ctl[name]["n"] else a - 1
+            before = drive.signature(page, section)
+            page.evaluate("([s]) => { window.__kept = { ...window.__sv.sections[s].divs }; }", [section])
+            drive.move(page, section, name, b)
+            assert drive.signature(page, section) != before, name
+            assert_one_plot_shown(page, section)
+            back = drive.move_timed(page, section, name, a)
+            assert back["drawn_before"], (name, back)
+            assert drive.signature(page, section) == before, name
+            assert page.evaluate("([s]) => Object.entries(window.__kept).every(([k, d]) => "
+                                 "window.__sv.sections[s].divs[k] === d)", [section]), name
+            assert_one_plot_shown(page, section)
+
+        # drawn ahead while idle: α3 at 6, rest, then one step to 7; the fresh page jumps to 7 (never drawn ahead)
+        for k in range(1, 7):
+            drive.move(page, section, "alpha3", k)
+        drive.wait_idle(page)
+        step = drive.move_timed(page, section, "alpha3", 7)
+        assert step["drawn_before"], step
+        drive.move(fresh, section, "alpha3", 7)
+        assert drive.signature(page, section) == drive.signature(fresh, section)
+
+        # more settings than a view keeps: plots are redrawn for new settings, and still show the right one
+        for k in range(24):  # more than the blocks view keeps (18)
+            drive.move(page, section, "alpha2", k)
+        assert_one_plot_shown(page, section)  # 24 settings, at most 18 plots: plots were redrawn
+        for k in (2, 30, 1):
+            drive.move(page, section, "alpha2", k)
+            drive.move(fresh, section, "alpha2", k)
+            assert drive.signature(page, section) == drive.signature(fresh, section), k
+
+        # the WebGL view: several values of α0, never more than two plots
+        for k in (3, 4, 9, 4, 3, 12):
+            drive.move(page, section, "alpha0", k)
+            assert len(assert_one_plot_shown(page, section)["toy"]["plots"]) <= 2
+        assert page.evaluate("() => window.__sv.errors") == [] and not errors and not fresh_errors
+    finally:
+        page.close()
+        fresh.close()
