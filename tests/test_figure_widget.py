@@ -246,3 +246,27 @@ def test_encode_passes_plain_json_through_and_still_converts_what_json_cannot_ho
     assert out["b"]["dtype"] == "float64" and np.isnan(np.frombuffer(out["b"]["buffer"])[1])
     assert out["c"] == {"d": None} and out["e"] == 3 and type(out["e"]) is int
     assert json.loads(json.dumps(out["f"])) == {"1": "one"}  # as the comm sends it
+
+
+def test_plotly_js_starts_for_the_page_when_spanviz_widgets_is_imported_in_a_kernel(kernel_shell, monkeypatch):
+    """In a kernel, importing spanviz.widgets sends plotly.js (start_plotly_js → page_plotly) before any figure;
+    not where figures are static, and not outside a kernel (a script, the command line)."""
+    from spanviz.widgets.figure import view
+
+    sent: list[int] = []
+    monkeypatch.setattr(view, "page_plotly", lambda: sent.append(1))
+    monkeypatch.delenv("SPANVIZ_STATIC", raising=False)
+    view.start_plotly_js()
+    assert sent == [1]
+    monkeypatch.setenv("SPANVIZ_STATIC", "1")
+    view.start_plotly_js()
+    assert sent == [1]
+    monkeypatch.delenv("SPANVIZ_STATIC")
+    kernel_shell.kernel = None  # IPython without a kernel (a terminal)
+    view.start_plotly_js()
+    assert sent == [1]
+    import IPython
+
+    monkeypatch.setattr(IPython, "get_ipython", lambda: None)
+    view.start_plotly_js()
+    assert sent == [1]

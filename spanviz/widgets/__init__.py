@@ -36,17 +36,21 @@ kernel stays responsive; Stop ends a run after the current optimizer step; error
 ``train(blocking=True)`` or ``SPANVIZ_BLOCKING=1`` runs in the caller's thread (scripts, CI).
 """
 
-from spanviz.widgets import captions
-from spanviz.widgets.alphas import AlphaResponse
-from spanviz.widgets.attention import AttentionInspector
-from spanviz.widgets.figure.view import FigureView
-from spanviz.widgets.fp8 import FP8Panel
-from spanviz.widgets.growth import GrowthLab
-from spanviz.widgets.local_global import LocalGlobalPanel
-from spanviz.widgets.panel import Panel
-from spanviz.widgets.spans import SpansPanel
-from spanviz.widgets.specs import RunSpec, notebook_train_config
-from spanviz.widgets.training import TrainingPanel
+from spanviz.widgets.figure.view import start_plotly_js
+
+start_plotly_js()  # in a notebook: plotly.js travels to the page while the modules below import (torch, scipy)
+
+from spanviz.widgets import captions  # noqa: E402
+from spanviz.widgets.alphas import AlphaResponse  # noqa: E402
+from spanviz.widgets.attention import AttentionInspector  # noqa: E402
+from spanviz.widgets.figure.view import FigureView  # noqa: E402
+from spanviz.widgets.fp8 import FP8Panel  # noqa: E402
+from spanviz.widgets.growth import GrowthLab  # noqa: E402
+from spanviz.widgets.local_global import LocalGlobalPanel  # noqa: E402
+from spanviz.widgets.panel import Panel  # noqa: E402
+from spanviz.widgets.spans import SpansPanel  # noqa: E402
+from spanviz.widgets.specs import RunSpec, notebook_train_config  # noqa: E402
+from spanviz.widgets.training import TrainingPanel  # noqa: E402
 
 __all__ = [
     "AlphaResponse", "AttentionInspector", "FP8Panel", "FigureView", "GrowthLab", "LocalGlobalPanel", "Panel",

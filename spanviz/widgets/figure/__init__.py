@@ -15,8 +15,9 @@ name the constants):
   holds when plotly.js is ready and redraws on every new ``_revision``; ``data-revision`` on the plot element names
   the revision drawn last. ``_local`` (a page-side counter, never synced) asks for a redraw of a state another
   page module set (``block_scaler.js``).
-* **plotly.js**: in the state of the one :class:`~.widget.PlotlySource` widget of the kernel (created just before
-  its first figure, never displayed), keyed by ``_plotly_version``; only when none arrives within 3 s does a view
+* **plotly.js**: in the state of the one :class:`~.widget.PlotlySource` widget of the kernel (created when
+  ``spanviz.widgets`` is imported in a kernel, else just before its first figure; never displayed), keyed by
+  ``_plotly_version`` and evaluated by the page as soon as it arrives; only when none arrives within 3 s does a view
   send ``{"kind": "spanviz-plotly-js"}`` (``PLOTLY_REQUEST``) and the kernel answers with the source as one binary
   buffer.
 * **"spanviz-seen"** (``SEEN``, page → kernel, ``{"kind", "revision"}``): the page has taken in that revision (drawn

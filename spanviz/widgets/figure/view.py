@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import html
 import json
+import logging
 import os
 import sys
 import threading
@@ -18,7 +19,9 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from spanviz.settings import ENV_STATIC, env_flag
-from spanviz.widgets.figure.widget import PlotlyFigure, figure_state
+from spanviz.widgets.figure.widget import PlotlyFigure, figure_state, page_plotly
+
+logger = logging.getLogger(__name__)
 
 
 def use_static(static: bool | None = None) -> bool:
@@ -38,6 +41,22 @@ def use_static(static: bool | None = None) -> bool:
     if flag is not None:
         return flag
     return "google.colab" in sys.modules or "VSCODE_PID" in os.environ
+
+
+def start_plotly_js() -> None:
+    """In a live kernel whose figures are widgets (not :func:`use_static`), send plotly.js to the page now, before
+    the first figure (:func:`~spanviz.widgets.figure.widget.page_plotly`): the page evaluates it (about 2 s of its
+    main thread on 2 cores) while the kernel goes on importing and computing, so the first figure draws at once.
+    ``spanviz.widgets`` calls this when it is imported, before its heavier modules (torch, scipy). Nothing happens
+    outside an IPython kernel (scripts, tests, the command line); a failure is logged, never raised."""
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        if shell is not None and getattr(shell, "kernel", None) is not None and not use_static():
+            page_plotly()
+    except Exception as exc:  # noqa: BLE001 - a figure asks its kernel for plotly.js itself if this fails
+        logger.debug("spanviz: plotly.js not sent early: %s", exc)
 
 
 def _display_bundle(fig: go.Figure) -> dict[str, Any]:

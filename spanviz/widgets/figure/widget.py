@@ -11,8 +11,9 @@ a core) a figure whose import took longer than 2 s stays blank for good — empt
 ignores every later update. Each rebuilt figure is a new model and another chance to fail.
 
 :class:`PlotlyFigure` avoids both halves of that: its module is a few kilobytes (imported well inside the
-deadline), plotly.js travels once per kernel in the state of one :class:`PlotlySource` widget (created just before
-the kernel's first figure, never displayed; no other widget model is looked up, so nothing depends on anywidget's
+deadline), plotly.js travels once per kernel in the state of one :class:`PlotlySource` widget (created when
+``spanviz.widgets`` is imported in a kernel, :func:`~.view.start_plotly_js`, else just before the kernel's first
+figure; never displayed; no other widget model is looked up, so nothing depends on anywidget's
 ``widget_manager``) and is evaluated once per page and version, and the figure is *state*, not a stream of edit
 messages: the traits ``_data`` and ``_layout`` always hold the
 whole figure, so a view draws the latest state whenever it comes to exist, and an update merged with another

@@ -12,13 +12,14 @@
 // (block_scaler.js) sets a state of its own with `_local` (a counter, never synced): a redraw, no new revision.
 //
 // plotly.js (4.8 MB) is not part of this module: it comes once per kernel in the state of another widget,
-// PlotlySource (plotly_source.js), created just before the kernel's first figure, and is evaluated once per page and
-// version (`_plotly_version`). Nothing is asked of the kernel for a first drawing — a kernel running the notebook's
-// next cells answers only once it is idle, half a minute later. Only when no PlotlySource hands the source over
-// within ASK_KERNEL_AFTER_MS does the view ask its kernel with a custom message. The anywidget module (loader.js)
-// stays tiny, so anywidget's model-initialisation deadline (2 s, after which it drops every message to the model) is
-// met even on a busy machine. See PlotlyFigure's docstring for why that matters. Only anywidget's stable model API
-// is used (get, on, off, send): no other widget model is looked up.
+// PlotlySource (plotly_source.js), created when spanviz.widgets is imported in the kernel (else just before its first
+// figure), and is evaluated once per page and version (`_plotly_version`), by plotly_source.js as soon as it
+// arrives (the kernel still importing and computing), else here. Nothing is asked of the kernel for a first
+// drawing — a kernel running the notebook's next cells answers only once it is idle, half a minute later. Only
+// when no PlotlySource hands the source over within ASK_KERNEL_AFTER_MS does the view ask its kernel with a custom
+// message. The anywidget module (loader.js) stays tiny, so anywidget's model-initialisation deadline (2 s, after
+// which it drops every message to the model) is met even on a busy machine. See PlotlyFigure's docstring for why
+// that matters. Only anywidget's stable model API is used (get, on, off, send): no other widget model is looked up.
 //
 // What a student sees besides the figure (figure.css styles it):
 // - one line inside the box while plotly.js loads, and an error line when plotly.js or a redraw fails (the
