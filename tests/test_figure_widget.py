@@ -19,6 +19,7 @@ from plotly.offline import get_plotlyjs_version
 from spanviz import widgets
 from spanviz.model import GPTConfig
 from spanviz.runner import TRAIN_NICE, Job, Runner, lower_thread_priority
+from spanviz.widgets.figure import plotly_js
 from spanviz.widgets.figure import widget as figure_widget
 from spanviz.widgets.figure.widget import (
     HOLD_MAX_S,
@@ -40,24 +41,74 @@ def sent_by(widget: W.Widget, monkeypatch: pytest.MonkeyPatch) -> list[tuple[dic
     return sent
 
 
-def test_a_view_asking_for_plotly_js_gets_the_source_in_one_buffer(monkeypatch):
+CARTESIAN = plotly_js.version_key("cartesian")
+GL3D = plotly_js.version_key("gl3d")
+pytestmark_builds = pytest.mark.skipif(not plotly_js.partial_builds_usable(),
+                                       reason="plotly.py's plotly.js is not the version of the shipped partial builds")
+
+
+def test_a_view_asking_for_plotly_js_gets_the_source_of_its_build_in_one_buffer(monkeypatch):
     fig = PlotlyFigure(go.Figure(go.Scatter(y=[1, 2])))
     sent = sent_by(fig, monkeypatch)
     fig._handle_custom_msg({"kind": "something else"}, [])
     assert sent == []  # not ours: no answer
     fig._handle_custom_msg({"kind": PLOTLY_REQUEST}, [])
     (msg, buffers), = sent
-    assert msg == {"method": "custom", "content": {"kind": PLOTLY_REQUEST, "version": get_plotlyjs_version()}}
-    assert len(buffers) == 1 and bytes(buffers[0]) == figure_widget.plotly_source()
-    assert bytes(buffers[0]).startswith(b"/**") and b"Plotly" in bytes(buffers[0])[:2000]  # plotly.min.js
-    assert fig.get_state()["_plotly_version"] == get_plotlyjs_version()  # the views' cache key
+    key = fig.get_state()["_plotly_version"]  # the views' cache key
+    assert msg == {"method": "custom", "content": {"kind": PLOTLY_REQUEST, "version": key}}
+    build = plotly_js.build_of_key(key)
+    assert len(buffers) == 1 and bytes(buffers[0]) == figure_widget.plotly_source(build)
+    head = bytes(buffers[0])[:300].decode()
+    assert head.startswith("/**") and f"v{get_plotlyjs_version()}" in head  # a plotly.js of plotly.py's version
+
+
+@pytestmark_builds
+def test_each_figure_gets_the_smallest_plotly_js_build_that_draws_its_traces(monkeypatch):
+    """2-D figures get the cartesian build (1.5 MB), the 3-D toy the gl3d one (1.8 MB), a mix both need the full
+    one (4.8 MB); a figure whose traces change to 3-D switches build, and the page gets that source first."""
+    monkeypatch.setattr(figure_widget, "_page_plotly", {})
+    heat = PlotlyFigure(go.Figure([go.Heatmap(z=[[1, 2]]), go.Scatter(y=[1]), go.Bar(y=[2])]))
+    assert heat.get_state()["_plotly_version"] == CARTESIAN
+    assert PlotlyFigure().get_state()["_plotly_version"] == CARTESIAN  # empty: 2-D axes
+    toy = go.Figure([go.Scatter3d(x=[0], y=[0], z=[0]), go.Mesh3d(x=[0, 1, 0], y=[0, 0, 1], z=[0, 0, 0])])
+    assert PlotlyFigure(toy).get_state()["_plotly_version"] == GL3D
+    mixed = go.Figure([go.Heatmap(z=[[1]]), go.Scatter3d(x=[0], y=[0], z=[0])])
+    assert PlotlyFigure(mixed).get_state()["_plotly_version"] == get_plotlyjs_version()  # the full build
+    assert set(figure_widget._page_plotly) == {CARTESIAN, GL3D, get_plotlyjs_version()}
+    sizes = {k: len(bytes(s.get_state()["_source"])) for k, s in figure_widget._page_plotly.items()}
+    assert sizes[CARTESIAN] < 2e6 and sizes[GL3D] < 2e6 and sizes[get_plotlyjs_version()] > 4e6
+    # the same widget, 2-D then 3-D: the new build's source is in the page before the state that needs it
+    figure_widget._page_plotly.clear()
+    opened: list[str] = []
+    real_open = W.Widget.open
+    monkeypatch.setattr(W.Widget, "open", lambda self: (opened.append(self.get_state().get("_version")),
+                                                         real_open(self))[1])
+    fig = PlotlyFigure(go.Figure(go.Scatter(y=[1, 2])))
+    sent = sent_by(fig, monkeypatch)
+    fig.show_figure(toy)
+    assert opened[-1] == GL3D and fig.get_state()["_plotly_version"] == GL3D
+    (msg, _), = sent  # one message: the build's key travels with the traces that need it
+    assert msg["state"]["_plotly_version"] == GL3D and msg["state"]["_data"][0]["type"] == "scatter3d"
+
+
+def test_plotly_js_builds_fall_back_to_the_full_one_when_versions_differ(monkeypatch):
+    """The partial builds are used only with the plotly.js version plotly.py writes its figures for."""
+    monkeypatch.setattr(plotly_js, "vendored_version", lambda: "0.0.1")
+    plotly_js.partial_builds_usable.cache_clear()
+    try:
+        assert plotly_js.build_for({"scatter"}) == plotly_js.build_for({"scatter3d"}) == "full"
+        assert PlotlyFigure(go.Figure(go.Scatter(y=[1]))).get_state()["_plotly_version"] == get_plotlyjs_version()
+    finally:
+        plotly_js.partial_builds_usable.cache_clear()
+    with pytest.raises(ValueError, match="build='webgl' is not a plotly.js build; allowed: cartesian, gl3d, full"):
+        plotly_js.version_key("webgl")
 
 
 def test_plotly_js_that_cannot_be_read_is_answered_with_the_reason(monkeypatch):
     fig = PlotlyFigure()
     sent = sent_by(fig, monkeypatch)
 
-    def unreadable() -> bytes:
+    def unreadable(build: str = "full") -> bytes:
         raise OSError("plotly.min.js: no such file")
 
     monkeypatch.setattr(figure_widget, "plotly_source", unreadable)
@@ -68,30 +119,31 @@ def test_plotly_js_that_cannot_be_read_is_answered_with_the_reason(monkeypatch):
 
 def test_plotly_js_reaches_the_page_in_a_models_state_before_the_first_figure(monkeypatch):
     """A figure's first drawing asks nothing of its kernel (which may be running the next cells): plotly.js comes in
-    the state of the kernel's one PlotlySource, whose model is created before the figure's."""
+    the state of the kernel's one PlotlySource of that build, whose model is created before the figure's."""
     opened: list[str] = []
-    monkeypatch.setattr(figure_widget, "_page_plotly", [])
+    monkeypatch.setattr(figure_widget, "_page_plotly", {})
     real_open = W.Widget.open
     monkeypatch.setattr(W.Widget, "open", lambda self: (opened.append(type(self).__name__), real_open(self))[1])
     fig = PlotlyFigure(go.Figure(go.Scatter(y=[1, 2])))
     assert opened.index("PlotlySource") < opened.index("PlotlyFigure")
     source = figure_widget.page_plotly()
     state = source.get_state()
-    assert bytes(state["_source"]) == figure_widget.plotly_source() and state["_error"] == ""
-    assert state["_version"] == fig.get_state()["_plotly_version"] == get_plotlyjs_version()
+    key = fig.get_state()["_plotly_version"]
+    assert bytes(state["_source"]) == figure_widget.plotly_source(plotly_js.build_of_key(key)) and state["_error"] == ""
+    assert state["_version"] == key and key.startswith(get_plotlyjs_version())
     assert "initialize" in state["_esm"]  # its module hands the source over when the model is created
     PlotlyFigure()
-    assert figure_widget.page_plotly() is source  # one per kernel
+    assert figure_widget.page_plotly() is source  # one per kernel and build
     source.close()
     PlotlyFigure()
     assert figure_widget.page_plotly() is not source and figure_widget.page_plotly().comm is not None
 
 
 def test_plotly_js_that_cannot_be_read_comes_with_the_reason_in_the_sources_state(monkeypatch):
-    def unreadable() -> bytes:
+    def unreadable(build: str = "full") -> bytes:
         raise OSError("plotly.min.js: no such file")
 
-    monkeypatch.setattr(figure_widget, "_page_plotly", [])
+    monkeypatch.setattr(figure_widget, "_page_plotly", {})
     monkeypatch.setattr(figure_widget, "plotly_source", unreadable)
     state = figure_widget.page_plotly().get_state()
     assert state["_source"] == b"" and "no such file" in state["_error"]

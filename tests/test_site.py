@@ -15,6 +15,7 @@ import pytest
 from spanviz.plots.span_blocks import span_block_alpha_table, span_block_cells, span_blocks_layout
 from spanviz.site import build_site
 from spanviz.site.markdown import render_markdown
+from spanviz.widgets.figure import plotly_js
 
 MAX_BYTES = 30_000_000
 
@@ -47,14 +48,38 @@ def values_in(trace: dict) -> int:
 def test_pages_and_files(site):
     out, result = site
     for name in ("index.html", "00_tour.html", "01_spans_and_violations.html", "02_local_global_heads.html",
-                 "03_fp8_logit_bounds.html", "comparisons.html", "plotly.min.js", "span_alpha.js", "masks.js",
-                 "site.js", "site.css"):
+                 "03_fp8_logit_bounds.html", "comparisons.html", "span_alpha.js", "masks.js", "site.js", "site.css"):
         assert (out / name).is_file(), name
     assert result["bytes"] <= MAX_BYTES, f"the site is {result['bytes'] / 1e6:.1f} MB, over 30 MB"
     assert sum((out / f).stat().st_size for f in result["files"]) == result["bytes"]
     for page in result["pages"]:  # nothing a page loads comes from elsewhere (links to papers are for people)
         text = (out / page).read_text(encoding="utf-8")
         assert not re.search(r"""(src=|<link[^>]*href=)['"](https?:)?//""", text), page
+
+
+def test_each_page_loads_the_smallest_plotly_js_build_of_its_first_figure(site):
+    """A page's script tag loads the plotly.js build its first figure needs (cartesian: 1.5 MB instead of 4.8); a view
+    that needs another (the 3-D toy: gl3d) names it, and every build a page names is in the folder."""
+    out, result = site
+    named: dict[str, set[str]] = {}
+    for page in result["pages"]:
+        text = (out / page).read_text(encoding="utf-8")
+        tags = re.findall(r"<script src='(plotly[^']*)'>", text)
+        _, specs = page_json(out / page)
+        files = [view["plotly"] for spec in specs for view in spec["views"] if view["kind"] == "figure"]
+        assert tags == files[:1], page  # one plotly.js tag: the first figure's build (none without figures)
+        assert re.search(rf"<body data-plotly='{tags[0] if tags else ''}'>", text), page
+        named[page] = set(files)
+        for f in files:
+            assert (out / f).is_file(), (page, f)
+    if plotly_js.partial_builds_usable():
+        assert named["index.html"] == set() and "plotly.min.js" not in result["files"]
+        for page in ("00_tour.html", "02_local_global_heads.html", "03_fp8_logit_bounds.html", "comparisons.html"):
+            assert named[page] == {"plotly-cartesian.min.js"}, page
+        assert named["01_spans_and_violations.html"] == {"plotly-cartesian.min.js", "plotly-gl3d.min.js"}
+        _, specs = page_json(out / "01_spans_and_violations.html")
+        toy = [v for spec in specs for v in spec["views"] if v["name"] == "toy"]
+        assert toy and all(v["plotly"] == "plotly-gl3d.min.js" for v in toy)
 
 
 def test_every_figure_has_drawn_data(site):

@@ -3,8 +3,10 @@
 One page per notebook: its Markdown (math as MathML), its code (folded, "runs in the notebook"), and where the
 notebook shows a panel or a replayed sweep, that view as an *explorable*: the figures and captions the notebook's
 own objects draw, recorded at build time for every value of the controls that need no training
-(:mod:`spanviz.site.sections`), and redrawn in the page by ``static/site.js`` with plotly.js (copied from the
-installed plotly package). Train becomes the replay of the stored run of the default settings (the shipped bundle),
+(:mod:`spanviz.site.sections`), and redrawn in the page by ``static/site.js`` with plotly.js: the smallest build that
+draws the page's first figure (:mod:`spanviz.widgets.figure.plotly_js`: the cartesian one, 1.5 MB, where the full
+4.8 MB of plotly.py's took twice as long to start), and the build a later view needs (the 3-D toy's gl3d) when that
+view is first drawn. Train becomes the replay of the stored run of the default settings (the shipped bundle),
 or the command to run. A last page holds the bundle's other sweeps with seed bands and verdicts. All data is inline
 JSON or ``<script src>`` files (``file://`` pages may not fetch), nothing is fetched from the network.
 Source: spanviz.
@@ -19,17 +21,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import plotly
-
 from spanviz.site import sections as S
 from spanviz.site.explore import Pool, dumps
 from spanviz.site.markdown import render_markdown
 from spanviz.store import ResultsStore, load_bundle
+from spanviz.widgets.figure import plotly_js
 from spanviz.widgets.figure.block_scaler import STATIC as WIDGET_STATIC
 
 HERE = Path(__file__).parent
 REPO_NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
-SCRIPTS = ("plotly.min.js", "span_alpha.js", "masks.js", "site.js")
+SCRIPTS = ("span_alpha.js", "masks.js", "site.js")  # after the page's plotly.js build (PagePool.builds)
 MAX_VOCAB = 8192
 
 
@@ -42,25 +43,51 @@ def _load_data() -> Any:
         return None
 
 
-def _section(xid: str, spec: dict[str, Any], title: str = "") -> str:
+class PagePool(Pool):
+    """A page's pool of states, and the plotly.js build of each of its figure views in page order (``builds``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.builds: list[str] = []
+
+
+def _name_builds(spec: dict[str, Any], pool: PagePool) -> None:
+    """Name in each figure view of ``spec`` the plotly.js build that draws every state it holds (``view["plotly"]``,
+    its file name; :func:`spanviz.widgets.figure.plotly_js.build_for`), and note it in the pool."""
+    for view in spec["views"]:
+        if view["kind"] != "figure":
+            continue
+        types: set[str] = set()
+        for index in {state[0] for state in view["states"].values()}:
+            types |= plotly_js.trace_types(json.loads(pool.texts[index]))
+        build = plotly_js.build_for(types)
+        view["plotly"] = plotly_js.FILES[build]
+        pool.builds.append(build)
+
+
+def _section(xid: str, spec: dict[str, Any], pool: PagePool, title: str = "") -> str:
+    _name_builds(spec, pool)
     head = f"<h4>{html.escape(title)}</h4>" if title else ""
     return (f"<section class='sv-x' data-x='{xid}' id='{xid}'>{head}"
             f"<script type='application/json' class='sv-spec'>{dumps(spec)}</script></section>")
 
 
-def _page(title: str, body: str, pool: Pool, nav: str) -> str:
-    scripts = "".join(f"<script src='{s}'></script>" for s in SCRIPTS)
+def _page(title: str, body: str, pool: PagePool, nav: str) -> str:
+    """The page: its script tags load the plotly.js build of its first figure (none on a page without figures);
+    site.js loads another build when a view that needs it is first drawn."""
+    first = [plotly_js.FILES[pool.builds[0]]] if pool.builds else []
+    scripts = "".join(f"<script src='{s}'></script>" for s in [*first, *SCRIPTS])
     return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-            f"<link rel='stylesheet' href='site.css'></head><body><nav>{nav}</nav>{body}"
+            f"<link rel='stylesheet' href='site.css'></head><body data-plotly='{''.join(first)}'><nav>{nav}</nav>{body}"
             f"<script type='application/json' id='sv-pool'>{pool.json().replace('</', '<' + chr(92) + '/')}</script>"
             f"{scripts}</body></html>")
 
 
-def _notebook_page(nb_path: Path, store: ResultsStore, data: Any) -> tuple[str, Pool, list[str]]:
+def _notebook_page(nb_path: Path, store: ResultsStore, data: Any) -> tuple[str, PagePool, list[str]]:
     """The body of one notebook's page, its pool of states and the explorables' ids."""
     nb = json.loads(nb_path.read_text(encoding="utf-8"))
-    pool, parts, ids = Pool(), [], []
+    pool, parts, ids = PagePool(), [], []
     ns: dict[str, Any] = {"data": data}
     name = nb_path.stem
     command = f"bash scripts/lab.sh, open notebooks/{nb_path.name} and press Train"
@@ -68,7 +95,7 @@ def _notebook_page(nb_path: Path, store: ResultsStore, data: Any) -> tuple[str, 
     def add(key: str, spec: dict[str, Any] | None, title: str = "") -> None:
         if spec is not None:
             ids.append(f"{name}-{key}")
-            parts.append(_section(f"{name}-{key}", spec, title))
+            parts.append(_section(f"{name}-{key}", spec, pool, title))
 
     for cell in nb["cells"]:
         src = "".join(cell["source"])
@@ -128,12 +155,11 @@ def build_site(out_dir: str | Path, bundle: str | Path | None = None, notebooks:
     if not paths:
         raise ValueError(f"notebooks={str(nb_dir)!r} holds no .ipynb file")
     out.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", out / "plotly.min.js")
     shutil.copyfile(WIDGET_STATIC / "span_alpha.js", out / "span_alpha.js")
     for f in ("masks.js", "site.js", "site.css"):
         shutil.copyfile(HERE / "static" / f, out / f)
     data = _load_data() if isinstance(data, str) and data == "auto" else data
-    titles, explorables = {}, {}
+    titles, explorables, builds = {}, {}, set()
     with tempfile.TemporaryDirectory() as tmp:
         store = ResultsStore(tmp)
         load_bundle(bundle, store=store) if bundle is not None else load_bundle(store=store)
@@ -149,7 +175,8 @@ def build_site(out_dir: str | Path, bundle: str | Path | None = None, notebooks:
             body, pool, ids = _notebook_page(p, store, data)
             (out / file).write_text(_page(titles[file], body, pool, nav), encoding="utf-8")
             explorables[file] = ids
-        pool = Pool()
+            builds |= set(pool.builds)
+        pool = PagePool()
         spec = S.comparisons_explorable(pool, store)
         body = "<h1>Stored sweeps: configurations × seeds</h1><p>Every sweep the shipped bundle holds (besides the " \
                "α response and the growth lab, on their notebooks' pages): validation loss with the seed band " \
@@ -157,16 +184,19 @@ def build_site(out_dir: str | Path, bundle: str | Path | None = None, notebooks:
                "<code>spanviz.experiments.stats</code> against the sweep's baseline (seeds paired, Holm across " \
                "that sweep's comparisons here: <code>spanviz sweep</code>'s own summary may group them otherwise)." \
                "</p>"
-        body += _section("comparisons", spec) if spec else "<p>The bundle holds no other sweep.</p>"
+        body += _section("comparisons", spec, pool) if spec else "<p>The bundle holds no other sweep.</p>"
         (out / "comparisons.html").write_text(_page("stored sweeps", body, pool, nav), encoding="utf-8")
         explorables["comparisons.html"] = ["comparisons"] if spec else []
+        builds |= set(pool.builds)
+    for build in builds:  # the plotly.js builds some page uses
+        shutil.copyfile(plotly_js.path(build), out / plotly_js.FILES[build])
     items = "".join(f"<li><a href='{f}'>{html.escape(t)}</a></li>" for f, t in titles.items())
     index = ("<h1>spanviz in your browser</h1><p>The notebooks of spanviz as pages: the text, every figure, and "
              "every control that needs no training, working here without Python or a network. Train shows the "
              "runs the shipped bundle stored for the notebook's settings; for anything else, run the notebook "
              "(<code>bash scripts/lab.sh</code>).</p>"
              f"<ul>{items}<li><a href='comparisons.html'>stored sweeps: configurations × seeds</a></li></ul>")
-    (out / "index.html").write_text(_page("spanviz", index, Pool(), nav), encoding="utf-8")
+    (out / "index.html").write_text(_page("spanviz", index, PagePool(), nav), encoding="utf-8")
     files = sorted(f.name for f in out.iterdir() if f.is_file())
     return {"pages": ["index.html", *(f for _, f in pages), "comparisons.html"], "explorables": explorables,
             "files": files, "bytes": sum((out / f).stat().st_size for f in files)}

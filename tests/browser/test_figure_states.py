@@ -92,7 +92,7 @@ def test_plotly_js_that_fails_shows_one_line_in_the_box(lab: dict, browser, scre
         "import plotly.graph_objects as go\n"
         "from spanviz.widgets.figure import widget as figure_widget\n"
         "from spanviz.widgets import FigureView\n"
-        "figure_widget.plotly_source = lambda: b\"throw new Error('plotly.js broken on purpose')\"\n"
+        "figure_widget.plotly_source = lambda *build: b\"throw new Error('plotly.js broken on purpose')\"\n"
         "view = FigureView(go.Figure(go.Scatter(y=[1, 2, 3])), name='broken')\n"
         "view.widget._plotly_version = 'broken-on-purpose'  # not the page's cached plotly.js\n"
         "view.widget"))

@@ -41,6 +41,31 @@
 
   function painted() { return new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0))); }
 
+  // plotly.js builds (spanviz/widgets/figure/plotly_js.py): the page's script tag loaded the build of its first figure
+  // (body data-plotly, window.Plotly); a view whose traces need another (view.plotly, a file name: the 3-D toy's
+  // gl3d build) loads it when first drawn, once per page, as a classic script whose window.Plotly is taken and the
+  // page's own put back. Each view draws, redraws and purges its plots with its own build (v.P).
+  const PAGE_PLOTLY = document.body.dataset.plotly;
+  const builds = {};
+  function plotlyFor(view) {
+    if (!view.plotly || view.plotly === PAGE_PLOTLY) return Promise.resolve(window.Plotly);
+    if (!builds[view.plotly]) {
+      builds[view.plotly] = new Promise((resolve, reject) => {
+        const before = window.Plotly;
+        const script = document.createElement("script");
+        script.src = view.plotly;
+        script.onload = () => {
+          const P = window.Plotly;
+          window.Plotly = before;
+          if (P && P !== before) resolve(P); else reject(new Error(`${view.plotly} defined no Plotly`));
+        };
+        script.onerror = () => reject(new Error(`${view.plotly} did not load`));
+        document.head.appendChild(script);
+      });
+    }
+    return builds[view.plotly];
+  }
+
   function setup(section) {
     const spec = JSON.parse(section.querySelector("script.sv-spec").textContent);
     const id = section.dataset.x;
@@ -113,12 +138,12 @@
       const fig = figure(v.view, at);
       let done;
       if (fig === null) {
-        if (p.div._fullLayout) Plotly.purge(p.div);
+        if (p.div._fullLayout) v.P.purge(p.div);
         p.div.textContent = "(this setting was not recorded)";
         done = Promise.resolve();
       } else {
         if (!p.div._fullLayout) p.div.textContent = "";
-        done = Plotly.react(p.div, fig.data, fig.layout, config);
+        done = plotlyFor(v.view).then((P) => { v.P = P; return P.react(p.div, fig.data, fig.layout, config); });
       }
       p.busy = true;
       p.ready = Promise.resolve(done).finally(() => {
@@ -138,7 +163,7 @@
         const free = v.plots.filter((q) => q !== v.shown && !q.busy);
         if (!free.length) break;
         const old = free.reduce((a, b) => (a.used <= b.used ? a : b));
-        if (old.div._fullLayout) Plotly.purge(old.div);
+        if (old.div._fullLayout) v.P.purge(old.div);
         old.div.remove();
         v.plots.splice(v.plots.indexOf(old), 1);
       }

@@ -45,8 +45,9 @@ def use_static(static: bool | None = None) -> bool:
 
 def start_plotly_js() -> None:
     """In a live kernel whose figures are widgets (not :func:`use_static`), send plotly.js to the page now, before
-    the first figure (:func:`~spanviz.widgets.figure.widget.page_plotly`): the page evaluates it (about 2 s of its
-    main thread on 2 cores) while the kernel goes on importing and computing, so the first figure draws at once.
+    the first figure (:func:`~spanviz.widgets.figure.widget.page_plotly`, the build of 2-D figures): the page
+    evaluates it (about 1 s of its main thread on 2 cores) while the kernel goes on importing and computing, so the
+    first figure draws at once.
     ``spanviz.widgets`` calls this when it is imported, before its heavier modules (torch, scipy). Nothing happens
     outside an IPython kernel (scripts, tests, the command line); a failure is logged, never raised."""
     try:

@@ -11,9 +11,10 @@ a core) a figure whose import took longer than 2 s stays blank for good — empt
 ignores every later update. Each rebuilt figure is a new model and another chance to fail.
 
 :class:`PlotlyFigure` avoids both halves of that: its module is a few kilobytes (imported well inside the
-deadline), plotly.js travels once per kernel in the state of one :class:`PlotlySource` widget (created when
-``spanviz.widgets`` is imported in a kernel, :func:`~.view.start_plotly_js`, else just before the kernel's first
-figure; never displayed; no other widget model is looked up, so nothing depends on anywidget's
+deadline), plotly.js travels once per kernel and build (:mod:`.plotly_js`: the smallest that draws the figure's
+traces) in the state of a :class:`PlotlySource` widget (the cartesian build's created when ``spanviz.widgets`` is
+imported in a kernel, :func:`~.view.start_plotly_js`, any other just before the first figure that needs it; never
+displayed; no other widget model is looked up, so nothing depends on anywidget's
 ``widget_manager``) and is evaluated once per page and version, and the figure is *state*, not a stream of edit
 messages: the traits ``_data`` and ``_layout`` always hold the
 whole figure, so a view draws the latest state whenever it comes to exist, and an update merged with another
@@ -52,7 +53,6 @@ wait behind it and, once the server's websocket ping goes unanswered for 90 s, d
 from __future__ import annotations
 
 import base64
-import functools
 import json
 import logging
 import math
@@ -68,7 +68,8 @@ import numpy as np
 import plotly.graph_objects as go
 import traitlets as T
 from IPython.display import publish_display_data
-from plotly.offline import get_plotlyjs, get_plotlyjs_version
+
+from spanviz.widgets.figure import plotly_js
 
 _NUMERIC_KINDS = "biuf"
 
@@ -194,18 +195,20 @@ def _kernel_shell() -> Any:
     return shell if shell is not None and hasattr(shell, "kernel") else None
 
 
-@functools.cache
-def plotly_source() -> bytes:
-    """plotly.js as bundled with plotly.py (UTF-8, ≈ 4.8 MB), what a view evaluates once per page."""
-    return get_plotlyjs().encode("utf-8")
+def plotly_source(build: str = plotly_js.FULL) -> bytes:
+    """plotly.js in one of its builds (UTF-8; :mod:`.plotly_js`: "cartesian" ≈ 1.5 MB, "gl3d" ≈ 1.8 MB, "full" — as
+    bundled with plotly.py — ≈ 4.8 MB), what a page evaluates once per build."""
+    return plotly_js.source(build)
 
 
 class PlotlySource(anywidget.AnyWidget):
-    """plotly.js for the page, in the state of a widget that is never displayed (one per kernel: :func:`page_plotly`).
+    """plotly.js for the page, in the state of a widget that is never displayed (one per kernel and plotly.js build:
+    :func:`page_plotly`).
 
-    Its state (the source as one binary buffer, its version, or the reason it could not be read) arrives with the
-    message that creates its model; its module (``static/plotly_source.js``) hands the source to the page's figures
-    at once, so their first drawing waits for nothing from a busy kernel.
+    Its state (the source as one binary buffer, its cache key ``_version``, :func:`.plotly_js.version_key`, or the
+    reason it could not be read) arrives with the message that creates its model; its module
+    (``static/plotly_source.js``) hands the source to the page's figures at once, so their first drawing waits for
+    nothing from a busy kernel.
     """
 
     _esm = _STATIC / "plotly_source.js"
@@ -214,19 +217,26 @@ class PlotlySource(anywidget.AnyWidget):
     _error = T.Unicode("").tag(sync=True)
 
 
-_page_plotly: list[PlotlySource] = []
+_page_plotly: dict[str, PlotlySource] = {}
 
 
-def page_plotly() -> PlotlySource:
-    """The kernel's :class:`PlotlySource`, created (with plotly.js read once) if there is none or it was closed."""
-    if not _page_plotly or _page_plotly[0].comm is None:
+def page_plotly(build: str | None = None) -> PlotlySource:
+    """The kernel's :class:`PlotlySource` of a plotly.js build (default: the build of a figure with no traces, the
+    cartesian one where it can be used), created (with the source read once) if there is none or it was closed.
+
+    Raises:
+        ValueError: an unknown build.
+    """
+    build = plotly_js.build_for(()) if build is None else build
+    key = plotly_js.version_key(build)
+    if key not in _page_plotly or _page_plotly[key].comm is None:
         try:
-            source, error = plotly_source(), ""
+            source, error = plotly_source(build), ""
         except Exception as exc:  # noqa: BLE001 - the views show the reason inside their boxes
             logger.warning("spanviz: plotly.js could not be read: %s", exc)
             source, error = b"", f"plotly.js could not be read in the kernel: {exc}"
-        _page_plotly[:] = [PlotlySource(_version=get_plotlyjs_version(), _source=source, _error=error)]
-    return _page_plotly[0]
+        _page_plotly[key] = PlotlySource(_version=key, _source=source, _error=error)
+    return _page_plotly[key]
 
 
 def _arrays(value: Any) -> Any:
@@ -269,12 +279,13 @@ class PlotlyFigure(anywidget.AnyWidget):
     _layout = T.Dict().tag(sync=True, to_json=encode_trait)
     _config = T.Dict().tag(sync=True)
     _revision = T.Int(0).tag(sync=True)
-    _plotly_version = T.Unicode(get_plotlyjs_version()).tag(sync=True)
+    _plotly_version = T.Unicode().tag(sync=True)  # the plotly.js build's cache key (plotly_js.version_key)
 
     def __init__(self, fig: go.Figure | None = None, config: Mapping[str, Any] | None = None) -> None:
         data, layout = figure_state(fig if fig is not None else go.Figure())
-        page_plotly()  # plotly.js's model first: the page has it before this figure's model
-        super().__init__(_data=data, _layout=layout,
+        build = plotly_js.build_for(plotly_js.trace_types(data))
+        page_plotly(build)  # plotly.js's model first: the page has it before this figure's model
+        super().__init__(_data=data, _layout=layout, _plotly_version=plotly_js.version_key(build),
                          _config=dict(config or {"responsive": True, "displaylogo": False}),
                          layout=W.Layout(width="100%"))
         self.add_class("spanviz-figure")
@@ -294,7 +305,7 @@ class PlotlyFigure(anywidget.AnyWidget):
         if content.get("kind") != PLOTLY_REQUEST:
             return
         try:
-            source = plotly_source()
+            source = plotly_source(plotly_js.build_of_key(self._plotly_version))
         except Exception as exc:  # noqa: BLE001 - the view shows the reason inside its box
             logger.warning("spanviz: plotly.js could not be read: %s", exc)
             self.send({"kind": PLOTLY_REQUEST, "error": f"plotly.js could not be read in the kernel: {exc}"})
@@ -340,8 +351,13 @@ class PlotlyFigure(anywidget.AnyWidget):
         the same figure already, e.g. :class:`spanviz.widgets.figure.block_scaler.BlockScaler`'s α rescaling), views
         made later draw it.
         """
+        data = [dict(t) for t in data]
+        build = plotly_js.build_for(plotly_js.trace_types(data))
+        if build != plotly_js.build_of_key(self._plotly_version):
+            page_plotly(build)  # another build for these traces (3-D after 2-D): the page gets it first
         with self.hold_sync():
-            self._data = [dict(t) for t in data]
+            self._plotly_version = plotly_js.version_key(build)
+            self._data = data
             if layout is not None:
                 self._layout = dict(layout)
             if redraw:

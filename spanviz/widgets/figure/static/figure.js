@@ -11,9 +11,10 @@
 // latest state. `data-revision` on the plot element names the revision drawn last. Another module of the page
 // (block_scaler.js) sets a state of its own with `_local` (a counter, never synced): a redraw, no new revision.
 //
-// plotly.js (4.8 MB) is not part of this module: it comes once per kernel in the state of another widget,
-// PlotlySource (plotly_source.js), created when spanviz.widgets is imported in the kernel (else just before its first
-// figure), and is evaluated once per page and version (`_plotly_version`), by plotly_source.js as soon as it
+// plotly.js (1.5–4.8 MB: the smallest build that draws the figure's traces, plotly_js.py) is not part of this module:
+// it comes once per kernel and build in the state of another widget, PlotlySource (plotly_source.js), created when
+// spanviz.widgets is imported in the kernel (else just before the first figure that needs that build), and is
+// evaluated once per page and build (`_plotly_version`, e.g. "4.1.1+cartesian"), by plotly_source.js as soon as it
 // arrives (the kernel still importing and computing), else here. Nothing is asked of the kernel for a first
 // drawing — a kernel running the notebook's next cells answers only once it is idle, half a minute later. Only
 // when no PlotlySource hands the source over within ASK_KERNEL_AFTER_MS does the view ask its kernel with a custom
@@ -397,6 +398,14 @@ async function render({ model, el }) {
         // The very state on screen already, at the same width (a page-side redraw the kernel repeats): even a
         // Plotly.react that finds nothing to change runs plotly.js's defaults over the whole figure (~10 ms for the
         // spans blocks). A figure shown again at another width is laid out again.
+        // The plotly.js build this state's traces need (`_plotly_version`, set with them): a figure that changes
+        // from 2-D traces to 3-D ones (or back) is drawn afresh by the other build, which the page evaluates once.
+        const build = await plotly(model);
+        if (build !== Plotly) {
+          if (div._fullLayout) Plotly.purge(div);
+          Plotly = build;
+          drawnOk = false;
+        }
         if (!(unchanged && drawnOk && div.offsetWidth === drawnWidth)) {
           drawnOk = false;
           await Plotly.react(div, data, layout, config);
