@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from spanviz import settings as split_policy  # SPANVIZ_HOME and the split policy (hypothesis has `settings`)
 from spanviz.data import prepare_tokens
+from spanviz.data import tokens as tokens_module
 from spanviz.data.batches import get_batch, iter_eval_batches
 from spanviz.data.hub import HubUnavailableError
 from spanviz.data.tokenizers import ByteTokenizer, WordTokenizer, make_tokenizer, tokenizer_from_dict
@@ -302,7 +303,7 @@ def test_second_call_is_a_cache_hit_without_tokenizing(wikitext_dir, tmp_path, m
     first = prepare_tokens(wikitext_dir, splits=OFFLINE, max_vocab=2000)
     assert not first.from_cache
     cache = tmp_path / "spanviz-home" / "tokens"  # the default: $SPANVIZ_HOME/tokens
-    assert sorted(p.name for p in cache.iterdir()) == [f"{first.cache_key}.json", f"{first.cache_key}.pt"]
+    assert sorted(p.name for p in cache.iterdir()) == [f"{first.cache_key}.json", f"{first.cache_key}.pt", "texts"]
 
     def no_tokenizing(*args, **kwargs):
         raise AssertionError("a cache hit must not tokenize")
@@ -315,6 +316,60 @@ def test_second_call_is_a_cache_hit_without_tokenizing(wikitext_dir, tmp_path, m
     assert torch.equal(second.train_ids, first.train_ids) and torch.equal(second.eval_ids, first.eval_ids)
     assert second.tokenizer.itos == first.tokenizer.itos
     assert second.describe() == first.describe()
+
+
+def test_unchanged_split_files_are_not_read_again(wikitext_dir, tmp_path, monkeypatch, caplog):
+    """A second call on the very same files (path, inode, size, mtime, ctime) takes the text's sha256 from the first
+    read: no datasets, no text read; the same TokenData. A file changed in any way is read again."""
+    folder = tmp_path / "copy"
+    folder.mkdir()
+    for name in ("valid.txt", "test.txt"):
+        (folder / name).write_bytes((Path(wikitext_dir) / name).read_bytes())
+    first = prepare_tokens(folder, splits=OFFLINE, max_vocab=2000)
+    reads: list[str] = []
+    real = tokens_module.load_wikitext2
+    monkeypatch.setattr(tokens_module, "load_wikitext2", lambda *a, **k: (reads.append("read"), real(*a, **k))[1])
+    with caplog.at_level(logging.INFO, logger="spanviz.data"):
+        second = prepare_tokens(folder, splits=OFFLINE, max_vocab=2000)
+    assert reads == [] and "text unchanged since it was read" in caplog.text
+    assert second.from_cache and second.describe() == first.describe()
+    assert torch.equal(second.train_ids, first.train_ids) and second.tokenizer.itos == first.tokenizer.itos
+    # another tokenizer setting on the same files: the text's sha256 is still known
+    assert prepare_tokens(folder, splits=OFFLINE, max_vocab=500).text_sha256 == first.text_sha256
+    reads.clear()
+    # the same size, another word: read again, another text, another key
+    text = (folder / "valid.txt").read_text(encoding="utf-8")
+    changed = text.replace(" the ", " thy ", 1)
+    assert len(changed) == len(text) and changed != text
+    (folder / "valid.txt").write_text(changed, encoding="utf-8")
+    third = prepare_tokens(folder, splits=OFFLINE, max_vocab=2000)
+    assert reads == ["read"] and not third.from_cache
+    assert third.text_sha256["train"] != first.text_sha256["train"] and third.cache_key != first.cache_key
+    assert third.text_sha256["eval"] == first.text_sha256["eval"]
+    # refresh reads the text again, whatever is known
+    reads.clear()
+    prepare_tokens(folder, splits=OFFLINE, max_vocab=2000, refresh=True)
+    assert reads == ["read"]
+
+
+@pytest.mark.parametrize("damage", ["garbage", "other-sha", "empty"])
+def test_a_damaged_known_text_entry_means_the_text_is_read_again(damage, wikitext_dir, tmp_path, caplog):
+    cache = tmp_path / "tokens"
+    first = prepare_tokens(wikitext_dir, splits=OFFLINE, cache_dir=cache)
+    entry, = (cache / "texts").iterdir()
+    if damage == "garbage":
+        entry.write_bytes(b"\x00{not json")
+    elif damage == "other-sha":
+        record = json.loads(entry.read_text())
+        record["text_sha256"]["train"] = "short"
+        entry.write_text(json.dumps(record))
+    else:
+        entry.write_bytes(b"")
+    with caplog.at_level(logging.WARNING, logger="spanviz.data"):
+        again = prepare_tokens(wikitext_dir, splits=OFFLINE, cache_dir=cache)
+    assert "the text is read again" in caplog.text
+    assert again.describe() == first.describe()
+    assert json.loads(entry.read_text())["text_sha256"] == first.text_sha256  # written again, right
 
 
 def test_cache_key_depends_on_tokenizer_settings_and_text(wikitext_dir, tmp_path, valid_lines):

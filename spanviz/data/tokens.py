@@ -8,6 +8,7 @@ import io
 import json
 import logging
 import os
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from torch import Tensor
 
 from spanviz.data.hub import HUB_ID
 from spanviz.data.tokenizers import Tokenizer, make_tokenizer, tokenizer_from_dict
-from spanviz.data.wikitext import load_wikitext2
+from spanviz.data.wikitext import load_wikitext2, split_files
 from spanviz.files import atomic_write, read_bounded
 from spanviz.settings import OFFLINE_SPLITS, ROLES, check_splits, resolve_data_source, spanviz_home
 
@@ -129,13 +130,32 @@ def prepare_tokens(
                          f"e.g. {dict(OFFLINE_SPLITS)!r}")
     cache = Path(cache_dir).expanduser() if cache_dir is not None else spanviz_home() / "tokens"
 
+    settings = {"kind": tokenizer, "max_vocab": max_vocab}
+
+    def cache_key(text_sha256: Mapping[str, str]) -> str:
+        key_fields = {"format": CACHE_FORMAT, "text_sha256": dict(text_sha256), "tokenizer": settings}
+        return hashlib.sha256(json.dumps(key_fields, sort_keys=True).encode()).hexdigest()
+
+    # A local folder whose split files are the very files read before (same path, inode, size, mtime and ctime):
+    # the text's sha256 is known, the text is not read again (it costs datasets' import and a read: ~2.5 s of every
+    # notebook's first cells on 2 cores).
+    identity = _local_text_identity(data_dir, config, checked) if data_dir is not None else None
+    known = _read_known_text(cache, identity) if identity is not None and not refresh else None
+    if known is not None:
+        key = cache_key(known["text_sha256"])
+        cached = _read_cache(cache, key)
+        if cached is not None:
+            train_ids, eval_ids, fitted = cached
+            logger.info("token cache hit (text unchanged since it was read): %s", cache / f"{key}.pt")
+            return TokenData(train_ids, eval_ids, fitted, from_cache=True, **known, cache_key=key)
+
     corpus = load_wikitext2(data_dir, config, checked, offline=offline)
     text_sha256 = {role: _sha256_lines(corpus[role]) for role in ROLES}
-    settings = {"kind": tokenizer, "max_vocab": max_vocab}
-    key_fields = {"format": CACHE_FORMAT, "text_sha256": text_sha256, "tokenizer": settings}
-    key = hashlib.sha256(json.dumps(key_fields, sort_keys=True).encode()).hexdigest()
+    key = cache_key(text_sha256)
     common = dict(splits=dict(corpus.splits), source=corpus.source, config=config,
                   text_sha256=text_sha256, cache_key=key)
+    if identity is not None:
+        _write_known_text(cache, identity, {k: v for k, v in common.items() if k != "cache_key"})
 
     if not refresh:
         cached = _read_cache(cache, key)
@@ -152,6 +172,68 @@ def prepare_tokens(
     data = TokenData(train_ids, eval_ids, fitted, **common)
     _write_cache(cache, key, data)
     return data
+
+
+KNOWN_TEXT_FIELDS = ("splits", "source", "config", "text_sha256")
+"""What a known-text entry (``<cache>/texts/<identity sha256>.json``) records of the text it was read as."""
+
+
+def _local_text_identity(data_dir: str | os.PathLike[str], config: str,
+                         splits: Mapping[str, str]) -> dict[str, Any] | None:
+    """The identity of a local folder's split files as read now: per role, each file's resolved path, device, inode,
+    size, mtime and ctime (ns). Any change of a file's bytes changes its size, mtime or ctime (ctime cannot be set
+    back). None when a file is not a regular file (a FIFO, a device: the full check of the loader judges it).
+
+    Raises:
+        ValueError: what :func:`spanviz.data.wikitext.split_files` raises (no folder, a missing split), the same
+            error the loader gives.
+    """
+    files = split_files(data_dir, splits, config)
+    roles: dict[str, list[list[Any]]] = {}
+    for role, paths in sorted(files.items()):
+        roles[role] = []
+        for path in paths:
+            try:
+                st = os.stat(path)
+            except OSError:
+                return None
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            roles[role].append([str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns])
+    return {"format": CACHE_FORMAT, "data_dir": str(data_dir), "config": config, "splits": dict(sorted(splits.items())),
+            "files": roles}
+
+
+def _known_text_path(cache: Path, identity: Mapping[str, Any]) -> Path:
+    name = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+    return cache / "texts" / f"{name}.json"
+
+
+def _read_known_text(cache: Path, identity: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What the text of these very files was read as (:data:`KNOWN_TEXT_FIELDS`), or None (never read, unreadable)."""
+    path = _known_text_path(cache, identity)
+    if not path.exists():
+        return None
+    try:
+        entry = json.loads(read_bounded(path, 2**20).decode("utf-8"))
+        if entry["identity"] != json.loads(json.dumps(identity)):
+            raise ValueError("another identity")
+        known = {k: entry[k] for k in KNOWN_TEXT_FIELDS}
+        if set(known["text_sha256"]) != set(ROLES) or not all(
+                isinstance(v, str) and len(v) == 64 for v in known["text_sha256"].values()):
+            raise ValueError("no sha256 per role")
+    except Exception as error:  # noqa: BLE001 - an unreadable entry only means the text is read again
+        logger.warning("known-text entry %s is unreadable (%s); the text is read again", path, error)
+        return None
+    return known
+
+
+def _write_known_text(cache: Path, identity: Mapping[str, Any], known: Mapping[str, Any]) -> None:
+    try:
+        atomic_write(_known_text_path(cache, identity),
+                     json.dumps({"identity": identity, **known}, sort_keys=True).encode("utf-8"))
+    except (OSError, ValueError) as error:  # costs a read of the text next time, never the data now
+        logger.warning("could not record the text's sha256 in %s (%s)", cache, error.strerror or error)
 
 
 def _sha256_lines(lines: Iterable[str]) -> str:
