@@ -104,7 +104,10 @@ def prepare_tokens(
 
     This is what ``spanviz prepare-data`` runs. The cache entry is named by a sha256 of the text of each
     role and the tokenizer settings, so changed text or settings never reuse stale ids; a repeat call
-    loads the text (fast: ``datasets`` keeps its own cache), hashes it and reads the ids back.
+    loads the text (``datasets`` keeps its own cache), hashes it and reads the ids back — except from a local
+    folder whose split files are the very files read before (same path, device, inode, size, mtime and ctime):
+    then the sha256 recorded at that read (``<cache_dir>/texts/<identity sha256>.json``) names the entry, and
+    the text is not read at all (~2 s less on 2 cores: no ``datasets`` import).
 
     Cache layout, in ``cache_dir`` (default ``$SPANVIZ_HOME/tokens``): ``<key>.pt`` holds
     ``{"train": ids, "eval": ids}`` (``torch.save``), ``<key>.json`` holds the tokenizer, splits, counts and
