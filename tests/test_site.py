@@ -12,8 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from spanviz import local_global
 from spanviz.plots.span_blocks import span_block_alpha_table, span_block_cells, span_blocks_layout
 from spanviz.site import build_site
+from spanviz.site import sections as S
 from spanviz.site.markdown import render_markdown
 from spanviz.widgets.figure import plotly_js
 
@@ -103,6 +105,61 @@ def test_every_figure_has_drawn_data(site):
                     drawn = sum(values_in(t) for t in data)
                     assert drawn > 0 or "masks" in view, (page, view["name"])
     assert figures > 100
+
+
+def array(value) -> np.ndarray:
+    """A trace's x or y as the page gets it: a list, or plotly's typed array {"dtype", "bdata"}."""
+    if isinstance(value, dict):
+        return np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"]).astype(float)
+    return np.asarray(value, dtype=float)
+
+
+def test_figure_cells_are_on_the_page_where_the_notebook_draws_them(site):
+    """Notebook 02's figures of its own computing (the logit gap a head needs, the toy band fits) are on its page
+    after their code, with the values the notebook's cells compute."""
+    out, result = site
+    ids = result["explorables"]["02_local_global_heads.html"]
+    at = {k: ids.index(f"02_local_global_heads-{k}") for k in ("growth", "logit-gap", "toy-band", "masks")}
+    assert at["growth"] < at["logit-gap"] < at["toy-band"] < at["masks"]  # the notebook's order
+    pool, specs = page_json(out / "02_local_global_heads.html")
+    views = {v["name"]: v for spec in specs for v in spec["views"]}
+    gap = pool[views["logit-gap"]["states"][""][0]]
+    i = np.arange(2048)
+    expected = [local_global.required_logit_gap(i, p=32, eps=0.1), local_global.required_logit_gap(i, p=32, eps=0.01),
+                local_global.required_logit_gap(i, p=32, eps=0.01, head="local")]
+    assert [t["name"] for t in gap] == ["global, ε=0.1", "global, ε=0.01", "local head"]
+    for trace, want in zip(gap, expected):
+        np.testing.assert_allclose(array(trace["y"]), want, rtol=1e-6)
+    toy = pool[views["toy-band"]["states"][""][0]]
+    assert [t["name"].split(" (")[0] for t in toy] == ["global head", "local head"]
+    for trace in toy:
+        steps, max_logit = array(trace["x"]), array(trace["y"])
+        assert steps[0] == 0 and steps[-1] >= 600 - 5 and len(steps) == len(max_logit) > 100
+        assert np.isfinite(max_logit).all() and re.search(r"final KL \d\.\d{3}\)$", trace["name"])
+
+
+def test_the_tours_samples_are_recorded_per_temperature_and_top_k(site):
+    """00's "what the model writes": the replayed model's text from the notebook's prompt for every top-k and the
+    page's temperatures; greedy (top-k 1) is the same text at every temperature, top-k all is not."""
+    out, result = site
+    if "00_tour-look" not in result["explorables"]["00_tour.html"]:
+        pytest.skip("WikiText-2 is not at hand here: the tour's model does not replay, so it writes nothing")
+    assert "00_tour-samples" in result["explorables"]["00_tour.html"]
+    pool, specs = page_json(out / "00_tour.html")
+    spec = next(s for s in specs if any(v["name"] == "samples" for v in s["views"]))
+    controls = {c["name"]: c for c in spec["controls"]}
+    assert controls["temperature"]["values"] == list(S.SAMPLE_TEMPERATURES)
+    assert controls["temperature"]["labels"][controls["temperature"]["index"]] == "0.8"  # the notebook's default
+    top_k = controls["top_k"]["labels"]
+    assert top_k[0] == "1 (greedy)" and top_k[-1] == "all" and top_k[controls["top_k"]["index"]] == "40"
+    states = spec["views"][0]["states"]
+    assert len(states) == len(S.SAMPLE_TEMPERATURES) * len(top_k)
+    texts = {key: pool[i] for key, i in states.items()}
+    assert all("The game was released in" in t and "final model" in t for t in texts.values())
+    greedy = {texts[f"{t}|0"] for t in range(len(S.SAMPLE_TEMPERATURES))}
+    assert len(greedy) == 1
+    every = len(top_k) - 1
+    assert texts[f"0|{every}"] != texts[f"{len(S.SAMPLE_TEMPERATURES) - 1}|{every}"]
 
 
 def test_markdown_and_math_rendered_at_build_time(site):

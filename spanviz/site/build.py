@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -115,6 +116,14 @@ def _notebook_page(nb_path: Path, store: ResultsStore, data: Any) -> tuple[str, 
             before = set(ns)
             S.run_cells([src], ns, force=True)
             add("look", S.cell_explorable(pool, ns, before), "look inside the replayed model")
+        elif "SamplesView(" in src and ns.get("inspector") is not None:  # what the replayed model writes
+            S.run_cells([src], ns, force=True)
+            if ns.get("samples") is not None:
+                add("samples", S.samples_explorable(pool, ns["samples"]), "what the replayed model writes")
+        elif S.is_figure_cell(src):  # a figure the cell computes itself (02's logit gap, toy fits)
+            found = re.search(r"name=[\"']([\w-]+)[\"']", src)
+            key = found.group(1) if found else f"figure-{len(ids) + 1}"
+            add(key, S.figure_cell(pool, src, ns, key))
         elif any(s in src for s in S.SAFE_CELLS):
             if "data" in ns and ns["data"] is None or not hasattr(ns.get("data"), "vocab_size"):
                 ns["data"] = S.data_stand_in(int(ns.get("MAX_VOCAB", MAX_VOCAB)))

@@ -7,14 +7,17 @@ replays come from a results store holding the shipped bundle. Source: spanviz.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import itertools
 import types
 from collections.abc import Mapping, Sequence
+from html import escape as html_escape
 from typing import Any
 
 import ipywidgets as W
+import plotly.graph_objects as go
 
 from spanviz.experiments.results import summarize
 from spanviz.plots.curves import loss_curves_figure
@@ -24,6 +27,7 @@ from spanviz.widgets.alphas import COMMAND as ALPHAS_COMMAND
 from spanviz.widgets.alphas import AlphaResponse, response_records
 from spanviz.widgets.figure.block_scaler import page_cells, slider_values
 from spanviz.widgets.figure.view import FigureView
+from spanviz.widgets.figure.widget import PlotlyFigure
 from spanviz.widgets.growth import COMMAND as GROWTH_COMMAND
 from spanviz.widgets.growth import GrowthLab, lab_records
 from spanviz.widgets.local_global import MASK_ZOOM
@@ -41,6 +45,69 @@ def run_cells(sources: Sequence[str], namespace: dict[str, Any], force: bool = F
             with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(Exception):
                 exec(compile(src, "<notebook cell>", "exec"), namespace)  # noqa: S102 - the repository's notebook
     return namespace
+
+
+FIGURE_CELL = "FigureView("
+"""A code cell that shows a figure it computes itself (notebook 02's logit gap and toy fits)."""
+NOT_FIGURE_CELL = ("panel", "trainers", "data", "AttentionInspector(")
+"""...unless it reads what training, the data or a panel made (those are recorded from the panels)."""
+
+
+def is_figure_cell(src: str) -> bool:
+    """True for a code cell that draws a figure of its own computing: :data:`FIGURE_CELL` and none of
+    :data:`NOT_FIGURE_CELL`."""
+    return FIGURE_CELL in src and not any(w in src for w in NOT_FIGURE_CELL)
+
+
+def figure_cell(pool: Pool, src: str, namespace: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """The figure a figure cell (:func:`is_figure_cell`) shows, as a fixed view named ``name``: the cell run as the
+    notebook runs it (its last expression is what the notebook displays: a FigureView, its widget or a go.Figure).
+    None when the cell fails or shows no figure (the page then keeps its code only)."""
+    tree = ast.parse(src)
+    if not tree.body or not isinstance(tree.body[-1], ast.Expr):
+        return None
+    shown = ast.Assign(targets=[ast.Name("_sv_shown", ast.Store())], value=tree.body[-1].value)
+    tree.body[-1] = ast.fix_missing_locations(ast.copy_location(shown, tree.body[-1]))
+    namespace.pop("_sv_shown", None)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(Exception):
+        exec(compile(tree, "<notebook cell>", "exec"), namespace)  # noqa: S102 - the repository's notebook
+    out = namespace.pop("_sv_shown", None)
+    if isinstance(out, PlotlyFigure):
+        out = types.SimpleNamespace(data=out.data, layout=out.figure_layout)
+    elif isinstance(out, go.Figure):
+        out = FigureView(out, static=True)
+    if not (isinstance(out, (FigureView, types.SimpleNamespace)) and out.data):
+        return None
+    return fixed(pool, {name: out})
+
+
+SAMPLE_TEMPERATURES = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0)
+"""The temperatures the page offers for the tour's samples (the notebook's slider has 40 steps of 0.05; each
+setting is a recorded sample)."""
+
+
+def samples_explorable(pool: Pool, samples: Any) -> dict[str, Any] | None:
+    """Notebook 00's "what the model writes" (a :class:`~spanviz.widgets.sampling.SamplesView`): the texts each model
+    writes from the notebook's prompt, seed and length, for every top-k and the temperatures
+    :data:`SAMPLE_TEMPERATURES` (the notebook's own sampling, run here per setting). None when it has no model."""
+    if not samples.models:
+        return None
+    c = samples.controls
+    temperature = W.SelectionSlider(options=[(f"{t:g}", t) for t in SAMPLE_TEMPERATURES],
+                                    value=min(SAMPLE_TEMPERATURES, key=lambda t: abs(t - c["temperature"].value)),
+                                    description="temperature")
+    temperature.observe(lambda change: setattr(c["temperature"], "value", change["new"]), names="value")
+    c["temperature"].value = temperature.value
+
+    def texts() -> str:
+        settings = (f"<p class='sv-note'>prompt “{html_escape(c['prompt'].value)}”, {c['max_new_tokens'].value} "
+                    f"new words, seed {c['seed'].value}: other prompts, lengths and seeds in the notebook</p>")
+        columns = "".join(f"<div style='flex:1 1 0;min-width:0;padding:0 8px'>{w.value}</div>"
+                          for w in samples.texts.values())
+        return settings + f"<div style='display:flex'>{columns}</div>"
+
+    return record(pool, {"temperature": temperature, "top_k": c["top_k"]},
+                  {"samples": (texts, ["temperature", "top_k"])})
 
 
 def data_stand_in(vocab_size: int) -> Any:
