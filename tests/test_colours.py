@@ -194,6 +194,12 @@ def figures() -> dict[str, go.Figure]:
         "LR sweep (growth lab)": lr_sweep_figure(lab_runs(), labels=LABELS),
         "max logit at one LR (growth lab)": growth_curves_figure(lab_runs(), 0.1, labels=LABELS),
         "α response": alpha_response_figure(*alpha_rows()),
+        "logit gap (02)": plots.logit_gap_figure(
+            np.arange(64), {"global, ε=0.1": np.log1p(np.arange(64.0)), "global, ε=0.01": np.log1p(np.arange(64.0)) + 2,
+                            "local head": np.zeros(64)}, p=32),
+        "toy band fits (02)": plots.toy_band_figure(
+            {head: {"step": np.arange(0, 600, 5), "max_logit": rng.random(120) * 10, "final_kl": 0.01}
+             for head in ("global", "local")}, n=256, r=8, p=16),
     }
 
 

@@ -30,12 +30,20 @@ Input contracts (numpy arrays or anything ``np.asarray`` accepts; torch tensors 
 from spanviz.plots.curves import loss_curves_figure, relative_change_figure, seed_peaks, seed_peaks_data
 from spanviz.plots.fp8 import bound_vs_rank_figure
 from spanviz.plots.fp8_training import fp8_training_figure
-from spanviz.plots.local_global import attention_heads_data, attention_heads_figure, head_masks_figure, max_logit_figure
+from spanviz.plots.local_global import (
+    attention_heads_data,
+    attention_heads_figure,
+    head_masks_figure,
+    logit_gap_figure,
+    max_logit_figure,
+    toy_band_figure,
+)
 from spanviz.plots.span_blocks import span_blocks_figure
 from spanviz.plots.spans import energy_by_order_figure, span_toy_figure, subspace_angles_figure
 
 __all__ = [
     "attention_heads_data", "attention_heads_figure", "bound_vs_rank_figure", "energy_by_order_figure",
-    "fp8_training_figure", "head_masks_figure", "loss_curves_figure", "max_logit_figure", "relative_change_figure",
-    "seed_peaks", "seed_peaks_data", "span_blocks_figure", "span_toy_figure", "subspace_angles_figure",
+    "fp8_training_figure", "head_masks_figure", "logit_gap_figure", "loss_curves_figure", "max_logit_figure",
+    "relative_change_figure", "seed_peaks", "seed_peaks_data", "span_blocks_figure", "span_toy_figure",
+    "subspace_angles_figure", "toy_band_figure",
 ]

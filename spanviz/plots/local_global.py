@@ -250,3 +250,52 @@ def max_logit_figure(
         legend={"orientation": "h", "y": -0.2},
     )
     return fig
+
+
+# ------------------------------------------------------------------------------------ why logits grow (02)
+def logit_gap_figure(positions: Any, gaps: Mapping[str, Any], p: int) -> go.Figure:
+    """The logit gap a head needs to put all but ε of its attention on the last ``p`` keys, against the query
+    position (notebook 02; the gaps from :func:`spanviz.local_global.required_logit_gap`).
+
+    Args:
+        positions: the query positions i, shape (n,).
+        gaps: legend name → the gap at each position (logit units), shape (n,); one line each (colour and dash).
+        p: the band width the gaps are for (the title says it).
+    Returns:
+        Figure with one line per entry of ``gaps``.
+    Raises:
+        ValueError: a gap whose length is not that of ``positions``.
+    """
+    x = as_array(positions)
+    fig = go.Figure()
+    for k, (name, gap) in enumerate(gaps.items()):
+        y = as_array(gap)
+        if y.shape != x.shape:
+            raise ValueError(f"gaps[{name!r}] has shape {y.shape}, positions {x.shape}: one gap per position")
+        fig.add_scatter(x=x, y=y, mode="lines", name=name,
+                        line={"color": cycle_color(k), "dash": DASHES[k % len(DASHES)], "width": 2.5})
+    fig.update_layout(title=f"logit gap needed to focus on the last p={p} keys", xaxis_title="query position i",
+                      yaxis_title="gap (logit units)", height=320)
+    return fig
+
+
+def toy_band_figure(fits: Mapping[str, Mapping[str, Any]], n: int, r: int, p: int) -> go.Figure:
+    """The largest |logit| while a global and a local head are fitted to a local band (notebook 02's toy; the fits
+    from :func:`spanviz.local_global.toy_band_fit`).
+
+    Args:
+        fits: head name → ``{"step": (m,), "max_logit": (m,), "final_kl": float}``; one line each (colour, dash).
+        n, r, p: the toy's sequence length, rank and band width (the title says them).
+    Returns:
+        Figure with one line per head, its final KL in the legend.
+    Raises:
+        KeyError: a fit without ``step``, ``max_logit`` or ``final_kl``.
+    """
+    fig = go.Figure()
+    for k, (head, fit) in enumerate(fits.items()):
+        fig.add_scatter(x=as_array(fit["step"]), y=as_array(fit["max_logit"]), mode="lines",
+                        name=f"{head} head (final KL {fit['final_kl']:.3f})",
+                        line={"color": cycle_color(k), "dash": DASHES[k % len(DASHES)], "width": 2.5})
+    fig.update_layout(title=f"max |logit| while fitting a local band (n={n}, r={r}, p={p})", xaxis_title="Adam step",
+                      yaxis_title="max |QKᵀ/√r|", height=320)
+    return fig
