@@ -69,8 +69,7 @@ def figure_cell(pool: Pool, src: str, namespace: dict[str, Any], name: str) -> d
     shown = ast.Assign(targets=[ast.Name("_sv_shown", ast.Store())], value=tree.body[-1].value)
     tree.body[-1] = ast.fix_missing_locations(ast.copy_location(shown, tree.body[-1]))
     namespace.pop("_sv_shown", None)
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(Exception):
-        exec(compile(tree, "<notebook cell>", "exec"), namespace)  # noqa: S102 - the repository's notebook
+    run_cells([ast.unparse(tree)], namespace, force=True)
     out = namespace.pop("_sv_shown", None)
     if isinstance(out, PlotlyFigure):
         out = types.SimpleNamespace(data=out.data, layout=out.figure_layout)
