@@ -243,6 +243,27 @@ def test_a_static_panel_settles_nothing():
     assert "spanviz-panel" in panel.widget._dom_classes
 
 
+def test_scipy_stats_is_imported_only_when_a_test_is_computed():
+    """Importing scipy.stats takes about 1 s on 2 cores: ``spanviz.widgets`` and a panel whose first figure needs no
+    paired test (03's bounds) draw without it; the first comparison imports it (issue 38: the first figure sooner)."""
+    import subprocess
+
+    code = ("import sys; from spanviz import widgets; from spanviz.model import GPTConfig; "
+            "widgets.FP8Panel(GPTConfig(vocab_size=64, context_length=24, n_layer=1, n_head=2, d_model=32), "
+            "static=False, store=None); print('scipy.stats' in sys.modules); "
+            "from spanviz.experiments.stats import paired_comparison; "
+            "row = paired_comparison({0: 1.0, 1: 2.0, 2: 3.5}, {0: 1.5, 1: 2.1, 2: 4.0}); "
+            "print('scipy.stats' in sys.modules, round(row['p'], 6))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    before, after = out.stdout.split("\n")[:2]
+    assert before == "False"
+    from scipy import stats
+
+    p = stats.ttest_rel([1.5, 2.1, 4.0], [1.0, 2.0, 3.5]).pvalue
+    assert after == f"True {round(float(p), 6)}"
+
+
 # ----------------------------------------------------------------------------------------------- priority
 def _nice() -> int:
     return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())

@@ -21,7 +21,13 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from scipy import stats
+
+def _scipy_stats() -> Any:
+    """``scipy.stats``, imported on first use: importing it takes about 1 s on 2 cores, and ``spanviz.widgets``
+    imports this module before a notebook's first figure, which needs no test."""
+    from scipy import stats
+
+    return stats
 
 ALPHA = 0.05
 """Family-wise significance level of the verdicts (Holm-corrected across the comparisons of one sweep)."""
@@ -129,14 +135,14 @@ def paired_comparison(
         else:
             with warnings.catch_warnings():  # near-identical arms: SciPy warns about cancellation; harmless here
                 warnings.simplefilter("ignore", RuntimeWarning)
-                paired = stats.ttest_rel([var[s] for s in seeds], [base[s] for s in seeds])
+                paired = _scipy_stats().ttest_rel([var[s] for s in seeds], [base[s] for s in seeds])
             ci = paired.confidence_interval(confidence)
             out.update(t=float(paired.statistic), p=float(paired.pvalue), ci_low=float(ci.low),
                        ci_high=float(ci.high))  # fmt: skip
     if len(base) >= 2 and len(var) >= 2:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            welch = stats.ttest_ind(list(var.values()), list(base.values()), equal_var=False)
+            welch = _scipy_stats().ttest_ind(list(var.values()), list(base.values()), equal_var=False)
         out.update(welch_t=_finite(welch.statistic), welch_df=_finite(welch.df), welch_p=_finite(welch.pvalue))
     ref = out["baseline_mean"]
     if ref:  # not None, not 0
@@ -194,8 +200,8 @@ def equivalence_test(
         delta = delta / 100.0 * ref
     out["margin"] = delta
     if len(diffs) >= 2 and statistics.stdev(diffs) > 0 and delta > 0:
-        lower = stats.ttest_1samp(diffs, -delta, alternative="greater")
-        upper = stats.ttest_1samp(diffs, delta, alternative="less")
+        lower = _scipy_stats().ttest_1samp(diffs, -delta, alternative="greater")
+        upper = _scipy_stats().ttest_1samp(diffs, delta, alternative="less")
         out.update(p_lower=float(lower.pvalue), p_upper=float(upper.pvalue))
         out["p"] = max(out["p_lower"], out["p_upper"])
         out["equivalent"] = out["p"] < alpha
