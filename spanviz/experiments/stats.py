@@ -24,10 +24,11 @@ from typing import Any
 
 def _scipy_stats() -> Any:
     """``scipy.stats``, imported on first use: importing it takes about 1 s on 2 cores, and ``spanviz.widgets``
-    imports this module before a notebook's first figure, which needs no test."""
+    imports this module before figures that need no test (notebook 03's bounds)."""
     from scipy import stats
 
     return stats
+
 
 ALPHA = 0.05
 """Family-wise significance level of the verdicts (Holm-corrected across the comparisons of one sweep)."""
