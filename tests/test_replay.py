@@ -247,6 +247,37 @@ def test_weights_round_trip_in_float16_with_tied_weights_stored_once(tmp_path):
         unpack_weights(buffer.getvalue(), "k" * 64, "here")
 
 
+@pytest.mark.parametrize(("extra", "dynamo"), [({}, False), ({"n_local": 1, "window": 4, "bias": False}, False),
+                                               ({"qk_rank": 2, "qk_norm": True}, True)])
+def test_the_weights_check_builds_its_model_on_meta_without_importing_dynamo(extra, dynamo):
+    """check_fits_model compares names and shapes with an uninitialised model on the meta device: the same names and
+    shapes as a real one, a wrong shape still refused, and no ``torch._dynamo`` import for the architectures whose
+    only arithmetic at construction is normal_ (the meta device's normal_ imports it: ~1.1 s of the first bundle
+    import, before a notebook's first figure). A rank-limited query divides at construction: it still imports it."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys, torch
+from spanviz.model import GPTConfig, TinyGPT
+from spanviz.store.weights import check_fits_model
+cfg = GPTConfig(vocab_size=64, context_length=16, n_layer=2, n_head=2, d_model=16, **{extra!r})
+state = TinyGPT(cfg).state_dict()
+check_fits_model(state, cfg.to_dict(), "here")
+print('torch._dynamo' in sys.modules)
+state["wte.weight"] = torch.zeros(63, 16)
+try:
+    check_fits_model(state, cfg.to_dict(), "here")
+except ValueError as error:
+    print("refused:", error)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[0] == str(dynamo)
+    assert lines[1].startswith("refused: here: 'wte.weight' has shape (63, 16), its run's model (64, 16)"), lines
+
+
 def test_store_keeps_weights_exports_and_imports_them_and_rejects_bad_ones(tmp_path):
     source = ResultsStore(tmp_path / "gpu")
     model = _tiny_model()

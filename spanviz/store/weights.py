@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.overrides import TorchFunctionMode
 
 from spanviz.model import GPTConfig, TinyGPT
 
@@ -76,17 +77,31 @@ def check_tensors(tensors: Mapping[str, Any], where: str) -> None:
                              f"holds ({held:,} bytes): an expanded view; store each tensor's own values")
 
 
+class _SkipNormalInit(TorchFunctionMode):
+    """Inside a model built on the meta device (no values, so nothing to initialise): ``normal_`` returns its tensor
+    unchanged. The meta device runs ``normal_`` through a Python reference that imports ``torch._dynamo`` (about
+    1.1 s on 2 cores, once per process: the first import of a bundle with weights); names and shapes do not depend
+    on the initialisation. Other arithmetic at construction (a rank-limited query's division) still goes through
+    the references and imports it."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.normal_ or func is torch.nn.init.normal_:
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **kwargs)
+
+
 def check_fits_model(state: Mapping[str, Tensor], model: Mapping[str, Any], where: str) -> None:
     """The tensors are the state dict of a :class:`~spanviz.model.TinyGPT` of ``model`` (a run's
     ``config["model"]``): the same names and shapes, all finite. Checked against a model built on the meta device
-    (no memory).
+    (no memory), uninitialised (:class:`_SkipNormalInit`).
 
     Raises:
         ValueError: naming ``where``: a bad model config, missing or extra names, a shape that differs;
             :class:`NonFiniteWeightsError` (a ValueError): NaN or ±inf in a tensor.
     """
     try:
-        with torch.device("meta"):
+        with torch.device("meta"), _SkipNormalInit():
             expected = TinyGPT(GPTConfig.from_dict(model)).state_dict()
     except (TypeError, ValueError) as error:
         raise ValueError(f"{where}: its run's model config is not a TinyGPT's: {error}") from None
