@@ -8,6 +8,8 @@ field, the value and what is allowed (for the command line: one line ``spanviz <
 from __future__ import annotations
 
 import io
+import json
+import math
 import os
 import socket
 import sys
@@ -293,6 +295,31 @@ def test_histories_of_real_runs_pass():
                    "logits/max_per_head": [[[1.0, 2.0]], None], "logits/max_per_layer": [[1.0], None]},
                   "diverged", "here")
     check_history({"step": []}, "diverged", "here")
+
+
+def test_the_fast_paths_of_reading_a_record_decide_as_the_walks_do():
+    """Plain columns (numbers and nulls only) are checked, decoded and encoded at C speed, the rest walked value by
+    value: the same answers either way — a bool or a numpy float among numbers, NaN/inf written as strings, a column
+    copied (not shared) by from_dict."""
+    import numpy as np
+
+    from spanviz.store.archive import check_json_limits
+    from spanviz.store.history import check_history
+    from spanviz.train import RunRecord
+    from spanviz.train.record import _encode_nonfinite, to_json_text
+
+    check_history({"step": [0, 1], "loss": [np.float64(1.5), 2]}, "finished", "here")  # a float subclass: walked
+    with pytest.raises(ValueError, match=r"history\['loss'\]\[1\]=True: must be numbers or null"):
+        check_history({"step": [0, 1], "loss": [1.0, True]}, "finished", "here")
+    with pytest.raises(ValueError, match="nested deeper than 3"):
+        check_json_limits({"h": [1.0, [2.0, [3.0]]]}, "here", max_depth=3)
+    check_json_limits({"h": [1.0, "x", None, True]}, "here", max_depth=2)
+    for obj in ({"a": [1.0, float("nan"), None], "b": (1, 2)}, {"a": [1.0, 2.0], "b": (1, 2), 3: "c"},
+                {"h": [float("-inf"), [1.0, float("inf")]]}):
+        assert to_json_text(obj) == json.dumps(_encode_nonfinite(obj), allow_nan=False)
+    history = {"step": [0, 1], "train_loss": [1.0, 2.0], "val_loss": ["nan", None]}
+    record = RunRecord.from_dict({"config": {}, "history": history, "status": "finished"})
+    assert record.history["train_loss"] is not history["train_loss"] and math.isnan(record.history["val_loss"][0])
 
 
 # ============================================================== 7. terminal escapes and huge strings from a file

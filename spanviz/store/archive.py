@@ -88,6 +88,10 @@ def _check_counts(containers: int, values: int, where: str) -> None:
         raise ValueError(f"{where}: more than {MAX_VALUES:,} JSON values")
 
 
+_SCALARS = frozenset({int, float, str, bool, type(None)})
+"""Exact types of JSON values that hold nothing nested."""
+
+
 def check_json_limits(obj: Any, where: str, *, max_depth: int = MAX_DEPTH) -> None:
     """ValueError unless ``obj`` (parsed JSON) nests at most ``max_depth`` deep. Iterative: any depth is safe."""
     stack = [(obj, 1)]
@@ -96,6 +100,8 @@ def check_json_limits(obj: Any, where: str, *, max_depth: int = MAX_DEPTH) -> No
         if isinstance(value, (dict, list)):
             if depth > max_depth:
                 raise ValueError(f"{where}: JSON nested deeper than {max_depth} levels")
+            if isinstance(value, list) and set(map(type, value)) <= _SCALARS:  # a history column: nothing nests
+                continue
             children = value.values() if isinstance(value, dict) else value
             stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
 

@@ -77,8 +77,14 @@ def _encode_nonfinite(obj: Any) -> Any:
     return obj
 
 
+_PLAIN = frozenset({float, int, bool, type(None)})
+"""Types of a history column that holds nothing to decode (most columns: a number or None per row)."""
+
+
 def _decode_nonfinite(obj: Any) -> Any:
     """Inverse of :func:`_encode_nonfinite` (applied to histories only)."""
+    if isinstance(obj, list) and set(map(type, obj)) <= _PLAIN:  # a plain column: copied, not walked in Python
+        return list(obj)
     if isinstance(obj, str) and obj in _NONFINITE:
         return _NONFINITE[obj]
     if isinstance(obj, dict):
@@ -95,7 +101,10 @@ def to_json_text(obj: Any) -> str:
         ValueError: ``obj`` holds something JSON cannot represent.
     """
     try:
-        return json.dumps(_encode_nonfinite(obj), allow_nan=False)
+        try:  # the common case, nothing non-finite: json's C encoder checks every float, no copy is made
+            return json.dumps(obj, allow_nan=False)
+        except (ValueError, TypeError):  # a NaN or inf (or a Mapping that is not a dict): encoded first
+            return json.dumps(_encode_nonfinite(obj), allow_nan=False)
     except TypeError as error:
         raise ValueError(f"not JSON-serialisable: {error}") from error
 
