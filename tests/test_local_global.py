@@ -99,6 +99,44 @@ def test_dense_mask_matches_the_definition_everywhere(n_head, n_local_frac, p, T
                 assert bool(m[h, i, j]) == _brute_allowed(h, i, j, n_local, p), (h, i, j)
 
 
+@pytest.mark.parametrize("name", ["causal", "2local-p5", "all-local-p1", "3local-p40"])
+def test_dense_mask_holds_create_masks_entries(name):
+    """Broadcasting the predicate gives FlexAttention's own ``create_mask``, entry for entry (and its own memory)."""
+    from torch.nn.attention.flex_attention import create_mask
+
+    mask_mod = {"causal": lg.head_mask_mod(0), "2local-p5": lg.head_mask_mod(2, 5),
+                "all-local-p1": lg.head_mask_mod(4, 1), "3local-p40": lg.head_mask_mod(3, 40)}[name]
+    m = lg.dense_mask(mask_mod, 4, 33)
+    assert torch.equal(m, create_mask(mask_mod, 1, 4, 33, 33)[0]) and m.is_contiguous()
+    m[0, 0, 0] = not m[0, 0, 0]  # a fresh tensor: the next one is not changed
+    assert torch.equal(lg.dense_mask(mask_mod, 4, 33), create_mask(mask_mod, 1, 4, 33, 33)[0])
+
+
+def test_dense_mask_refuses_a_predicate_that_is_not_elementwise():
+    with pytest.raises(ValueError, match="mask_mod='rows'.*broadcasts"):
+        def rows(b, h, q_idx, kv_idx):
+            return torch.ones(3, 5, 7, dtype=torch.bool)
+        lg.dense_mask(rows, 2, 4)
+    with pytest.raises(ValueError, match="mask_mod='count'.*bool tensor"):
+        def count(b, h, q_idx, kv_idx):
+            return kv_idx - q_idx
+        lg.dense_mask(count, 2, 4)
+
+
+def test_an_explicit_forward_imports_no_dynamo():
+    """The explicit attention path's mask needs no torch._dynamo (its import is ~1 s before the tour's first look
+    inside the model); the forward is the one of the dense mask."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch\nfrom spanviz.model import GPTConfig, TinyGPT\n"
+            "cfg = GPTConfig(vocab_size=32, context_length=8, n_layer=1, n_head=2, d_model=8, n_local=1, window=2, "
+            "attn_backend='explicit')\n"
+            "TinyGPT(cfg)(torch.zeros(1, 8, dtype=torch.long))\nprint('torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stdout + out.stderr[-2000:]
+
+
 # ============================================================================================== backends
 MASKS = {
     "causal": lg.head_mask_mod(0),

@@ -8,8 +8,9 @@ identical to a global head. The settings live in :class:`spanviz.model.GPTConfig
 Files, read in this order (the same template as :mod:`spanviz.spans` and :mod:`spanviz.fp8`):
 
 * :mod:`~spanviz.local_global.core` — **the technique**: the masks as FlexAttention ``mask_mod`` predicates
-  composed with ``and_masks`` / ``or_masks`` (:func:`head_mask_mod`), evaluated with ``create_mask``
-  (:func:`dense_mask`, cached boolean and additive masks) and ``create_block_mask`` (:func:`block_mask`); the
+  composed with ``and_masks`` / ``or_masks`` (:func:`head_mask_mod`), evaluated densely by broadcasting
+  (:func:`dense_mask`: ``create_mask``'s entries; cached boolean and additive masks) and with
+  ``create_block_mask`` (:func:`block_mask`); the
   head split's one check (``check_head_split``) and the paper's shape (``PAPER``);
 * :mod:`~spanviz.local_global.flex` — FlexAttention with the block mask (:func:`flex_attention`, CUDA,
   compiled): where local heads skip work;

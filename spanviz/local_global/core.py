@@ -15,7 +15,7 @@ Definition (H heads; the first ``n_local`` local, the remaining ``n_global = H �
 
 A mask is written once, as a FlexAttention ``mask_mod`` — a predicate ``(b, h, q_idx, kv_idx) → bool`` on
 integer tensors — composed from small named predicates with FlexAttention's own ``and_masks`` /
-``or_masks``. The same predicate gives every backend its mask: ``create_mask`` evaluates it densely (the
+``or_masks``. The same predicate gives every backend its mask: :func:`dense_mask` evaluates it densely (the
 (H, T, T) boolean and additive masks of the explicit and SDPA paths of :class:`spanviz.model.Attention`),
 ``create_block_mask`` block-sparsely (FlexAttention skips the 128×128 tiles with no allowed pair, which is
 where local heads save time: :mod:`spanviz.local_global.flex`). Masks are cached per predicate.
@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.nn.attention.flex_attention import and_masks, create_block_mask, create_mask, or_masks
+from torch.nn.attention.flex_attention import and_masks, create_block_mask, or_masks
 
 from spanviz.validators import check_device, check_int
 
@@ -145,7 +145,13 @@ def check_head_split(n_head: int, n_local: Any, window: Any) -> tuple[int, int |
 
 # ============================================================================================= masks
 def dense_mask(mask_mod: MaskMod, n_head: int, T: int, device: torch.device | str = "cpu") -> Tensor:
-    """Evaluate a mask predicate on every (head, query, key), with ``create_mask``.
+    """Evaluate a mask predicate on every (head, query, key) at once, by broadcasting.
+
+    A ``mask_mod`` is elementwise (FlexAttention requires it: ``create_mask`` vmaps it over scalars), so it is
+    called once on index tensors of shapes (1, 1, 1) for b, (H, 1, 1) for h, (1, T, 1) for q_idx and (1, 1, T) for
+    kv_idx — the same entries as ``create_mask(mask_mod, 1, H, T, T)[0]``, without its first call importing
+    ``torch._dynamo`` (about 1 s on 2 cores: the first explicit-attention forward of a process, e.g. the tour's
+    look inside the model).
 
     Args:
         mask_mod: predicate ``(b, h, q_idx, kv_idx) -> bool`` (see :func:`head_mask_mod`).
@@ -154,7 +160,8 @@ def dense_mask(mask_mod: MaskMod, n_head: int, T: int, device: torch.device | st
         bool tensor (H, T, T), True = key may be attended (a fresh tensor; callers may cache it).
     Raises:
         ValueError: n_head or T not an integer >= 1, n_head·T² above :data:`MAX_MASK_ELEMENTS`, mask_mod not
-            callable, or a device that is not available here.
+            callable or not an elementwise predicate (its answer is not a bool tensor that broadcasts to
+            (H, T, T)), or a device that is not available here.
     """
     if not callable(mask_mod):
         raise ValueError(f"mask_mod must be a mask predicate (b, h, q_idx, kv_idx) -> bool, e.g. head_mask_mod(...), "
@@ -165,7 +172,19 @@ def dense_mask(mask_mod: MaskMod, n_head: int, T: int, device: torch.device | st
         raise ValueError(f"n_head·T² = {n_head}·{T}² is more than the {MAX_MASK_ELEMENTS:.1e} mask entries a dense "
                          "mask may hold; lower T or n_head (long contexts use block_mask)")
     device = check_device("device", device)
-    return create_mask(mask_mod, 1, n_head, T, T, device=device)[0]  # (1, H, T, T) -> (H, T, T)
+    b = torch.zeros((1, 1, 1), dtype=torch.long, device=device)
+    h = torch.arange(n_head, device=device).view(n_head, 1, 1)
+    q_idx, kv_idx = torch.arange(T, device=device).view(1, T, 1), torch.arange(T, device=device).view(1, 1, T)
+    allowed = mask_mod(b, h, q_idx, kv_idx)
+    if not isinstance(allowed, Tensor) or allowed.dtype != torch.bool or allowed.dim() > 3:
+        raise ValueError(f"mask_mod={getattr(mask_mod, '__name__', mask_mod)!r} must answer a bool tensor on "
+                         f"broadcast index tensors (an elementwise predicate), got {allowed!r:.80}")
+    try:
+        return torch.broadcast_to(allowed, (n_head, T, T)).clone()  # (H, T, T), its own memory
+    except RuntimeError as error:
+        raise ValueError(f"mask_mod={getattr(mask_mod, '__name__', mask_mod)!r} answered shape "
+                         f"{tuple(allowed.shape)}, not one that broadcasts to (H, T) = ({n_head}, {T}, {T}): "
+                         f"{error}") from None
 
 
 MAX_MASK_ELEMENTS = 2**32
