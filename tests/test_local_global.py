@@ -104,8 +104,7 @@ def test_dense_mask_holds_create_masks_entries(name):
     """Broadcasting the predicate gives FlexAttention's own ``create_mask``, entry for entry (and its own memory)."""
     from torch.nn.attention.flex_attention import create_mask
 
-    mask_mod = {"causal": lg.head_mask_mod(0), "2local-p5": lg.head_mask_mod(2, 5),
-                "all-local-p1": lg.head_mask_mod(4, 1), "3local-p40": lg.head_mask_mod(3, 40)}[name]
+    mask_mod = MASKS[name]  # the backends' masks (below)
     m = lg.dense_mask(mask_mod, 4, 33)
     assert torch.equal(m, create_mask(mask_mod, 1, 4, 33, 33)[0]) and m.is_contiguous()
     m[0, 0, 0] = not m[0, 0, 0]  # a fresh tensor: the next one is not changed

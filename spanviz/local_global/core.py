@@ -176,13 +176,14 @@ def dense_mask(mask_mod: MaskMod, n_head: int, T: int, device: torch.device | st
     h = torch.arange(n_head, device=device).view(n_head, 1, 1)
     q_idx, kv_idx = torch.arange(T, device=device).view(1, T, 1), torch.arange(T, device=device).view(1, 1, T)
     allowed = mask_mod(b, h, q_idx, kv_idx)
+    name = getattr(mask_mod, "__name__", mask_mod)
     if not isinstance(allowed, Tensor) or allowed.dtype != torch.bool or allowed.dim() > 3:
-        raise ValueError(f"mask_mod={getattr(mask_mod, '__name__', mask_mod)!r} must answer a bool tensor on "
-                         f"broadcast index tensors (an elementwise predicate), got {allowed!r:.80}")
+        raise ValueError(f"mask_mod={name!r} must answer a bool tensor on broadcast index tensors (an elementwise "
+                         f"predicate), got {allowed!r:.80}")
     try:
         return torch.broadcast_to(allowed, (n_head, T, T)).clone()  # (H, T, T), its own memory
     except RuntimeError as error:
-        raise ValueError(f"mask_mod={getattr(mask_mod, '__name__', mask_mod)!r} answered shape "
+        raise ValueError(f"mask_mod={name!r} answered shape "
                          f"{tuple(allowed.shape)}, not one that broadcasts to (H, T) = ({n_head}, {T}, {T}): "
                          f"{error}") from None
 

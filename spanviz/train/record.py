@@ -195,7 +195,7 @@ class RunRecord:
         return cls(
             config=dict(config),
             environment=dict(environment),
-            history={k: list(_decode_nonfinite(v)) for k, v in history.items()},
+            history={k: _decode_nonfinite(v) for k, v in history.items()},  # each a new list (checked above)
             status=d["status"],
             message=message,
         )
